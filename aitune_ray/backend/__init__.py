@@ -1,0 +1,17 @@
+"""Backends, each with its Config dataclass. Optional libraries are imported only when a backend builds."""
+
+from aitune_ray.backend.backend import Backend, BackendConfig, BackendState
+from aitune_ray.backend.onnx_runtime import ONNXExecutionProvider, ONNXRuntimeBackend, ONNXRuntimeBackendConfig
+from aitune_ray.backend.torch_eager import TorchEagerBackend, TorchEagerBackendConfig
+from aitune_ray.backend.torch_inductor_aot import TorchInductorAotBackend, TorchInductorAotBackendConfig
+from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend, TorchInductorJitBackendConfig
+from aitune_ray.backend.torchao_backend import TorchAOBackend, TorchAOBackendConfig
+
+__all__ = [
+    "Backend", "BackendConfig", "BackendState",
+    "ONNXExecutionProvider", "ONNXRuntimeBackend", "ONNXRuntimeBackendConfig",
+    "TorchAOBackend", "TorchAOBackendConfig",
+    "TorchEagerBackend", "TorchEagerBackendConfig",
+    "TorchInductorAotBackend", "TorchInductorAotBackendConfig",
+    "TorchInductorJitBackend", "TorchInductorJitBackendConfig",
+]

@@ -1,0 +1,223 @@
+"""Backend base class and BackendConfig.
+
+A backend turns an eager module into something faster to call. The base class
+owns the lifecycle (build, activate/deactivate, deploy, export for a
+checkpoint, restore from one); a subclass implements ``_build`` and ``_infer``,
+and an ahead-of-time backend also ``_artifacts`` and ``_load``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import importlib
+import json
+import logging
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
+from aitune_ray.samples import SampleStore
+
+logger = logging.getLogger(__name__)
+
+
+def _plain(value: Any) -> Any:
+    """Turn enums, dtypes, paths and nested containers into JSON values."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass
+class BackendConfig:
+    """Configuration of a backend: a dataclass of plain values."""
+
+    def to_dict(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BackendConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__} has no field {', '.join(unknown)}; fields: {sorted(known)}")
+        return cls(**data)
+
+    def key(self) -> str:
+        """A stable short hash of the config's type and values."""
+        text = json.dumps({"type": type(self).__name__, "values": self.to_dict()}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def describe(self) -> str:
+        """Only the fields that differ from the defaults, as name=value."""
+        default = type(self)().to_dict()
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items() if default.get(k) != v)
+
+
+class BackendState(str, enum.Enum):
+    INIT = "init"
+    ACTIVE = "active"
+    INACTIVE = "inactive"
+    CHECKPOINT_LOADED = "checkpoint_loaded"
+    DEPLOYED = "deployed"
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def import_class(path: str, base: type) -> type:
+    """Import 'package.module:Class' and check that it subclasses base (never unpickles)."""
+    module_name, _, qualname = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import {path!r}: {exc}") from exc
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise ConfigError(f"{path!r} is not a {base.__name__} subclass")
+    return obj
+
+
+def require(module_name: str, extra: str, what: str) -> Any:
+    """Import an optional library, or raise MissingDependencyError naming the extra to install."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise MissingDependencyError(module_name, extra, what) from exc
+
+
+class Backend(ABC):
+    """Base class of every backend. Subclasses set ``config_class`` and implement ``_build``/``_infer``."""
+
+    config_class: ClassVar[type[BackendConfig]] = BackendConfig
+    #: True when a checkpoint stores a recipe that is rebuilt at load, False when it stores an artifact.
+    is_jit: ClassVar[bool] = True
+    #: Relative L2 tolerance this backend needs by default (quantizing backends), None for the per-dtype one.
+    default_tolerance: ClassVar[float | None] = None
+
+    def __init__(self, config: BackendConfig | None = None):
+        if config is None:
+            config = self.config_class()
+        if not isinstance(config, self.config_class):
+            raise ConfigError(f"{type(self).__name__} takes a {self.config_class.__name__}, "
+                              f"not {type(config).__name__}")
+        self.config = config
+        self.state = BackendState.INIT
+        self.device: torch.device | None = None
+
+    # ----- identity -----------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def key(self) -> str:
+        return f"{self.name}-{self.config.key()}"
+
+    def describe(self) -> str:
+        detail = self.config.describe()
+        return f"{self.name}({detail})" if detail else self.name
+
+    def spec(self) -> dict:
+        """Plain data that recreates this backend unbuilt in another process."""
+        return {"type": class_path(type(self)), "config": self.config.to_dict()}
+
+    @staticmethod
+    def from_spec(spec: dict) -> "Backend":
+        cls = import_class(spec["type"], Backend)
+        return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
+
+    # ----- lifecycle ------------------------------------------------------------------
+    def build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> "Backend":
+        """Build for module on device, using the recorded samples. Leaves the backend ACTIVE."""
+        if self.state != BackendState.INIT:
+            raise BuildError(f"{self.name} was already built; create a new backend to build again")
+        self.device = torch.device(device)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        logger.info("building %s on %s", self.describe(), self.device)
+        self._build(module, samples, self.device, workdir)
+        self.state = BackendState.ACTIVE
+        return self
+
+    def activate(self) -> None:
+        if self.state == BackendState.INIT:
+            raise BuildError(f"{self.name} must be built before it is activated")
+        if self.state in (BackendState.INACTIVE, BackendState.CHECKPOINT_LOADED):
+            self._activate()
+            self.state = BackendState.ACTIVE
+
+    def deactivate(self) -> None:
+        if self.state == BackendState.ACTIVE:
+            self._deactivate()
+            self.state = BackendState.INACTIVE
+
+    def deploy(self) -> None:
+        """Final state after a checkpoint load: ready for inference, no longer switchable."""
+        self.activate()
+        self.state = BackendState.DEPLOYED
+
+    def infer(self, *args: Any, **kwargs: Any) -> Any:
+        if self.state not in (BackendState.ACTIVE, BackendState.DEPLOYED):
+            raise BuildError(f"{self.name} is {self.state.value}; it must be built and active for inference")
+        with torch.no_grad():
+            return self._infer(*args, **kwargs)
+
+    __call__ = infer
+
+    # ----- checkpoint -------------------------------------------------------------------
+    def export(self) -> tuple[dict, dict[str, Path]]:
+        """(JSON state, {artifact name: file}) for a checkpoint. JIT backends store no artifact."""
+        return self._state(), ({} if self.is_jit else self._artifacts())
+
+    def restore(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device,
+                workdir: Path) -> "Backend":
+        """Make this backend ready from a checkpoint: JIT rebuilds from its recipe, AOT loads its artifact."""
+        self.device = torch.device(device)
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        if self.is_jit:
+            self._build(module, SampleStore(), self.device, Path(workdir))
+        else:
+            self._load(module, state, artifacts, self.device)
+        self.state = BackendState.CHECKPOINT_LOADED
+        return self
+
+    # ----- for subclasses ---------------------------------------------------------------
+    @abstractmethod
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        """Build the backend. At checkpoint load of a JIT backend, samples is empty."""
+
+    @abstractmethod
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the built module."""
+
+    def _activate(self) -> None:
+        pass
+
+    def _deactivate(self) -> None:
+        pass
+
+    def _state(self) -> dict:
+        """Extra JSON state for the checkpoint manifest."""
+        return {}
+
+    def _artifacts(self) -> dict[str, Path]:
+        raise NotImplementedError(f"{self.name} is ahead-of-time and must implement _artifacts()")
+
+    def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
+        raise NotImplementedError(f"{self.name} is ahead-of-time and must implement _load()")

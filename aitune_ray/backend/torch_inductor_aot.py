@@ -1,0 +1,79 @@
+"""TorchInductorAotBackend: torch.export, then an AOTInductor package loaded with aoti_load_package."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.samples import SampleStore, map_structure
+
+
+@dataclasses.dataclass
+class TorchInductorAotBackendConfig(BackendConfig):
+    """inductor_configs: torch._inductor.config values for aoti_compile_and_package.
+    dynamic_batch: export the leading dimension as dynamic when several batch sizes were recorded."""
+
+    inductor_configs: dict | None = None
+    dynamic_batch: bool = True
+
+
+def batch_dynamic_shapes(args: tuple, kwargs: dict, batch_size: int, dim: Any) -> tuple:
+    """torch.export dynamic_shapes (positional, then keyword inputs) marking dim 0 of batch tensors."""
+    def spec(t: torch.Tensor):
+        return {0: dim} if t.dim() > 0 and t.shape[0] == batch_size else None
+
+    def walk(obj):
+        if isinstance(obj, torch.Tensor):
+            return spec(obj)
+        if isinstance(obj, (tuple, list)):
+            return type(obj)(walk(v) for v in obj)
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        return None
+
+    return tuple(walk(a) for a in args) + tuple(walk(v) for v in kwargs.values())
+
+
+def export_program(module: nn.Module, samples: SampleStore, dynamic_batch: bool = True):
+    """torch.export the module on its largest recorded batch, with a dynamic batch dimension when the
+    samples hold several batch sizes."""
+    sample = max(samples, key=lambda s: s.batch_size)
+    dynamic = None
+    if dynamic_batch and len(samples.batch_sizes()) > 1 and sample.batch_size > 1:
+        dynamic = batch_dynamic_shapes(sample.args, sample.kwargs, sample.batch_size, torch.export.Dim.AUTO)
+    return torch.export.export(module, tuple(sample.args), dict(sample.kwargs), dynamic_shapes=dynamic)
+
+
+class TorchInductorAotBackend(Backend):
+    config_class = TorchInductorAotBackendConfig
+    is_jit = False
+
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        program = export_program(module, samples, self.config.dynamic_batch)
+        self._package = Path(workdir) / "model.pt2"
+        torch._inductor.aoti_compile_and_package(program, package_path=str(self._package),
+                                                 inductor_configs=self.config.inductor_configs or {})
+        self._runner = self._open(self._package, device)
+
+    @staticmethod
+    def _open(package: Path, device: torch.device):
+        index = device.index if device.type == "cuda" and device.index is not None else -1
+        return torch._inductor.aoti_load_package(str(package), device_index=index)
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        return self._runner(*args, **kwargs)
+
+    def _artifacts(self) -> dict[str, Path]:
+        return {"model.pt2": self._package}
+
+    def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
+        self._package = Path(artifacts["model.pt2"])
+        self._runner = self._open(self._package, device)
+
+
+__all__ = ["TorchInductorAotBackend", "TorchInductorAotBackendConfig", "export_program", "map_structure"]

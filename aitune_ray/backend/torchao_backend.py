@@ -1,0 +1,84 @@
+"""TorchAOBackend: torchao quantize_ on a copy of the module, then torch.compile."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitune_ray.backend.backend import Backend, BackendConfig, require
+from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
+from aitune_ray.errors import ConfigError
+from aitune_ray.samples import SampleStore
+
+# preset name -> torchao config class name
+QUANTIZATIONS = {
+    "int8wo": "Int8WeightOnlyConfig",
+    "int8dq": "Int8DynamicActivationInt8WeightConfig",
+    "fp8wo": "Float8WeightOnlyConfig",
+    "fp8dq": "Float8DynamicActivationFloat8WeightConfig",
+}
+
+
+@dataclasses.dataclass
+class TorchAOBackendConfig(BackendConfig):
+    """quantization: a preset (int8wo, int8dq, fp8wo, fp8dq); or quantization_config: a torchao config
+    object, which replaces the preset (kept in torchao's JSON form, so checkpoints never pickle it). Then torch.compile with mode,
+    fullgraph and dynamic, unless compile is False."""
+
+    quantization: str | None = "int8wo"
+    quantization_config: Any = None
+    compile: bool = True
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+
+    def __post_init__(self):
+        if self.quantization_config is not None:
+            if not isinstance(self.quantization_config, dict):
+                from torchao.core.config import config_to_dict
+
+                self.quantization_config = config_to_dict(self.quantization_config)
+            self.quantization = None  # a config object replaces the preset
+        if self.quantization is None and self.quantization_config is None:
+            raise ConfigError("TorchAOBackendConfig needs a quantization preset or a quantization_config")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ConfigError(f"quantization must be one of {sorted(QUANTIZATIONS)}, not {self.quantization!r}")
+        if self.mode is not None and self.mode not in COMPILE_MODES:
+            raise ConfigError(f"mode must be one of {COMPILE_MODES} or None, not {self.mode!r}")
+
+    def torchao_config(self):
+        torchao = require("torchao", "torchao", "TorchAOBackend")
+        if self.quantization_config is not None:
+            from torchao.core.config import config_from_dict
+
+            return config_from_dict(self.quantization_config)
+        return getattr(torchao.quantization, QUANTIZATIONS[self.quantization])()
+
+
+class TorchAOBackend(Backend):
+    config_class = TorchAOBackendConfig
+    is_jit = True
+    # Quantized outputs sit near 1e-2 relative L2 error from float eager: a check tuned for compilers
+    # (1e-3 in fp32) would reject every quantized candidate.
+    default_tolerance = 5e-2
+
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        cfg = self.config
+        quant_config = cfg.torchao_config()
+        from torchao.quantization import quantize_
+
+        model = copy.deepcopy(module).to(device)
+        quantize_(model, quant_config)
+        self._model = (torch.compile(model, mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+                       if cfg.compile else model)
+        with torch.no_grad():
+            for sample in samples:
+                self._model(*sample.args, **sample.kwargs)
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model(*args, **kwargs)

@@ -1,0 +1,61 @@
+"""The one exception hierarchy of aitune-ray."""
+
+
+class AITuneRayError(Exception):
+    """Base class of every error raised by aitune-ray."""
+
+
+class ConfigError(AITuneRayError, ValueError):
+    """A configuration value, job file key or argument is invalid."""
+
+
+class DeviceError(AITuneRayError, ValueError):
+    """A device was asked for that this machine does not have."""
+
+
+class DatasetError(AITuneRayError, ValueError):
+    """The dataset is empty, or an item cannot be passed to the tuned function."""
+
+
+class RecordingError(AITuneRayError):
+    """A module has no recorded samples, or a sample cannot be recorded."""
+
+
+class MissingDependencyError(AITuneRayError, ImportError):
+    """An optional library a backend needs is not installed."""
+
+    def __init__(self, package: str, extra: str, what: str = ""):
+        self.package = package
+        self.extra = extra
+        need = f" for {what}" if what else ""
+        super().__init__(
+            f"{package} is not installed{need}; install it with: pip install 'aitune-ray[{extra}]'"
+        )
+
+
+class BuildError(AITuneRayError):
+    """A backend failed to build (raised, crashed, timed out or ran out of memory)."""
+
+
+class CorrectnessError(AITuneRayError):
+    """A backend's outputs differ from eager outputs beyond tolerance."""
+
+
+class CheckpointError(AITuneRayError):
+    """A checkpoint cannot be written or read."""
+
+
+class CheckpointTruncatedError(CheckpointError):
+    """The checkpoint file is cut short or is not a checkpoint at all."""
+
+
+class CheckpointIntegrityError(CheckpointError):
+    """A part of the checkpoint does not match its recorded SHA-256."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint belongs to another model (names or shapes differ)."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """The checkpoint was written by a newer format version."""

@@ -1,0 +1,129 @@
+"""Latency measurement: warm up, then time until the spread is small or a budget is spent."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+@dataclasses.dataclass
+class MeasureConfig:
+    """How long and how hard to measure one callable at one batch size."""
+
+    warmup_runs: int = 3
+    min_runs: int = 10
+    max_runs: int = 200
+    max_cv: float = 0.05           # stop once the coefficient of variation is below this
+    max_seconds: float = 2.0       # time budget per batch size, warm-up excluded
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MeasureConfig":
+        return cls(**data)
+
+
+@dataclasses.dataclass
+class Timing:
+    """Latency statistics of one callable at one batch size."""
+
+    batch_size: int
+    median_ms: float
+    p90_ms: float
+    cv: float
+    runs: int
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second at this batch size."""
+        return self.batch_size / (self.median_ms / 1e3) if self.median_ms > 0 else float("inf")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Timing":
+        return cls(**data)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_once(fn: Callable[[], object], device: torch.device) -> float:
+    """One call's latency in milliseconds (CUDA events on GPU, perf_counter elsewhere)."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _stats(times: list[float], batch_size: int) -> Timing:
+    median = statistics.median(times)
+    mean = statistics.fmean(times)
+    cv = statistics.pstdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
+    ordered = sorted(times)
+    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    return Timing(batch_size, median, p90, cv, len(times))
+
+
+def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
+            config: MeasureConfig | None = None) -> Timing:
+    """Time fn() at one batch size under the stop rule of config."""
+    cfg = config or MeasureConfig()
+    with torch.no_grad():
+        for _ in range(cfg.warmup_runs):
+            fn()
+        _sync(device)
+        times: list[float] = []
+        deadline = time.perf_counter() + cfg.max_seconds
+        while len(times) < cfg.max_runs:
+            times.append(_time_once(fn, device))
+            if len(times) >= cfg.min_runs:
+                if _stats(times, batch_size).cv <= cfg.max_cv or time.perf_counter() > deadline:
+                    break
+    return _stats(times, batch_size)
+
+
+def profile_samples(call: Callable, samples, device: torch.device,
+                    config: MeasureConfig | None = None) -> dict[int, Timing]:
+    """Time call(*args, **kwargs) at every recorded batch size, cycling through that size's samples."""
+    timings: dict[int, Timing] = {}
+    for bs in samples.batch_sizes():
+        group = [s for s in samples if s.batch_size == bs]
+        cycle = itertools.cycle(group)
+
+        def once():
+            s = next(cycle)
+            return call(*s.args, **s.kwargs)
+
+        timings[bs] = measure(once, device, bs, config)
+    return timings
+
+
+def measure_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, batch_size: int,
+                        rounds: int = 30, warmup_runs: int = 3) -> dict[str, Timing]:
+    """Time several callables in turn (A B C A B C ...) so that drift hits them alike."""
+    with torch.no_grad():
+        for fn in fns.values():
+            for _ in range(warmup_runs):
+                fn()
+        _sync(device)
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(_time_once(fn, device))
+    return {name: _stats(t, batch_size) for name, t in times.items()}

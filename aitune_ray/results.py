@@ -1,0 +1,76 @@
+"""Typed records that cross process boundaries: plain data only, never a live object."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aitune_ray.measure.correctness import CorrectnessReport
+from aitune_ray.measure.timing import Timing
+
+OK = "ok"
+ERROR = "error"            # the build or the first inference raised
+REJECTED = "rejected"      # built and ran, but outputs differ from eager beyond tolerance
+CRASHED = "crashed"        # the worker process died (segfault, abort)
+TIMED_OUT = "timed out"    # the task ran past its timeout and was killed
+OOM = "oom"                # out of memory, on the GPU or the host
+CANCELLED = "cancelled"    # no longer needed (FirstWins found a winner first, or the job was stopped)
+STATUSES = (OK, ERROR, REJECTED, CRASHED, TIMED_OUT, OOM, CANCELLED)
+
+
+@dataclasses.dataclass
+class CandidateJob:
+    """One candidate backend to build, check and profile for one module."""
+
+    key: str
+    spec: dict                        # Backend.spec(): {"type": "pkg.mod:Class", "config": {...}}
+    tolerance: float | None = None    # relative L2 bound; None: the backend's default, else per dtype
+    measure: dict = dataclasses.field(default_factory=dict)   # MeasureConfig.to_dict()
+    priority: int = 0                 # position in the strategy's list (FirstWins decides in this order)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class BuildResult:
+    """What happened to one candidate: status, error, correctness, timings, where it ran, its artifacts."""
+
+    key: str
+    backend: str
+    spec: dict
+    status: str
+    error: str = ""
+    error_type: str = ""
+    build_s: float = 0.0
+    correctness: dict | None = None                     # CorrectnessReport.to_dict()
+    timings: dict[int, dict] = dataclasses.field(default_factory=dict)   # batch size -> Timing.to_dict()
+    device: str = ""
+    gpu: str = ""                     # GPU name and index, or "cpu"
+    node: str = ""
+    log_path: str = ""
+    state: dict = dataclasses.field(default_factory=dict)        # Backend.export() state
+    artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> local path, bytes or URL
+    remeasured: dict[int, dict] = dataclasses.field(default_factory=dict)  # interleaved re-measure on one GPU
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def correctness_report(self) -> CorrectnessReport | None:
+        return CorrectnessReport.from_dict(self.correctness) if self.correctness else None
+
+    def timing(self, batch_size: int) -> Timing | None:
+        """The re-measured timing where there is one, else the raw one."""
+        data = self.remeasured.get(batch_size) or self.timings.get(batch_size)
+        return Timing.from_dict(data) if data else None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BuildResult":
+        data = dict(data)
+        for name in ("timings", "remeasured"):
+            data[name] = {int(k): v for k, v in (data.get(name) or {}).items()}
+        return cls(**data)

@@ -1,0 +1,10 @@
+"""Tune strategies: OneBackend, FirstWins and MaxThroughput."""
+
+from aitune_ray.tune_strategy.first_wins_strategy import FirstWinsStrategy
+from aitune_ray.tune_strategy.max_throughput_strategy import MaxThroughputStrategy
+from aitune_ray.tune_strategy.one_backend_strategy import OneBackendStrategy
+from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
+from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
+
+__all__ = ["FirstWinsStrategy", "MaxThroughputStrategy", "OneBackendStrategy", "TuneStrategy",
+           "ModuleReport", "TuningReport"]

@@ -1,0 +1,47 @@
+"""MaxThroughputStrategy: build and profile every backend, keep the fastest one that beats eager."""
+
+from __future__ import annotations
+
+import logging
+
+from aitune_ray.tune_strategy.performance_validation import mix_time
+from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
+
+logger = logging.getLogger(__name__)
+
+
+class MaxThroughputStrategy(TuneStrategy):
+    """remeasure_margin: finalists within this fraction of the best are re-timed side by side on one
+    device before the choice, when the executor measured them on different devices."""
+
+    def __init__(self, backends, *, remeasure_margin: float = 0.10, **kwargs):
+        super().__init__(backends, **kwargs)
+        self.remeasure_margin = remeasure_margin
+
+    def _decide(self, context, executor, handle, baseline, report) -> None:
+        for result in handle:
+            report.results.append(result)
+        ok = [r for r in report.results if r.ok]
+        if not ok:
+            report.decision = "kept eager: no backend built correctly (" + "; ".join(
+                f"{r.backend}: {r.status}" for r in report.results) + ")"
+            return
+        mix = report.call_mix
+        best = min(mix_time(r.timing, mix) for r in ok)
+        finalists = [r for r in ok if mix_time(r.timing, mix) <= best * (1 + self.remeasure_margin)]
+        new_baseline = executor.remeasure(context, finalists, baseline)
+        if new_baseline:
+            baseline = new_baseline
+            report.remeasured_baseline = {bs: t.to_dict() for bs, t in new_baseline.items()}
+        passed = []
+        for r in ok:
+            if self._record_gate(report, r, baseline).passed:
+                passed.append(r)
+        if not passed:
+            report.decision = "kept eager: no backend beat eager (" + "; ".join(
+                f"{r.backend}: {report.notes[r.key]}" for r in ok) + ")"
+            return
+        winner = max(passed, key=lambda r: report.speedups[r.key])
+        report.chosen = winner.key
+        report.decision = (f"chose {winner.backend}, fastest of {len(passed)} that passed: "
+                           f"{report.notes[winner.key]}")

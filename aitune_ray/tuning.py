@@ -1,0 +1,139 @@
+"""tune(), save() and load(): the top-level AITune API."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+from aitune_ray.cluster.executor import Executor, TuneContext
+from aitune_ray.device import resolve_device
+from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError
+from aitune_ray.module import Module, ModuleState, recording_session
+from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
+
+logger = logging.getLogger(__name__)
+
+
+def default_strategy(device: torch.device):
+    """MaxThroughput over the backends that need nothing beyond the core install on this device."""
+    from aitune_ray.backend import ONNXRuntimeBackend, TorchInductorJitBackend
+    from aitune_ray.tune_strategy import MaxThroughputStrategy
+
+    backends = [TorchInductorJitBackend()]
+    try:
+        import onnxruntime  # noqa: F401
+
+        if device.type == "cpu":
+            backends.append(ONNXRuntimeBackend())
+    except ImportError:
+        pass
+    return MaxThroughputStrategy(backends)
+
+
+def default_executor() -> Executor:
+    from aitune_ray.cluster.inline import InlineExecutor
+
+    return InlineExecutor()
+
+
+def _tune_one(module: Module, device: torch.device, executor: Executor) -> ModuleReport:
+    if not len(module.samples):
+        raise RecordingError(f"{module.name} has no recorded samples: call it (or tune() a function that "
+                             "calls it) with real inputs before tuning")
+    strategy = module.strategy or default_strategy(device)
+    module.module.to(device)
+    samples = module.samples.to(device)
+    context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config)
+    logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
+                len(samples), samples.batch_sizes())
+    report = strategy.tune(context, executor)
+    module.report = report
+    chosen = report.chosen_result()
+    module.use_backend(executor.materialize(context, chosen) if chosen else None)
+    executor.discard(context)
+    return report
+
+
+def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
+                 raise_errors: bool = False) -> TuningReport:
+    """Tune each module in turn. A module that fails stays eager, with the reason logged and reported."""
+    dev = resolve_device(device)
+    own = executor is None
+    executor = executor or default_executor()
+    report = TuningReport()
+    executor.open()
+    try:
+        for module in modules:
+            try:
+                report.modules.append(_tune_one(module, dev, executor))
+            except (KeyboardInterrupt, SystemExit):
+                module.stay_eager("interrupted")
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                module.stay_eager(reason)
+                if module.report is not None and module.report not in report.modules:
+                    report.modules.append(module.report)
+                report.failures[module.name] = reason
+                logger.error("%s stays eager: %s", module.name, reason)
+                if raise_errors:
+                    raise
+    finally:
+        if own:
+            executor.close()
+    return report
+
+
+def _call(func: Callable, item: Any) -> None:
+    if isinstance(item, tuple):
+        func(*item)
+    elif isinstance(item, dict):
+        func(**item)
+    else:
+        func(item)
+
+
+def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None) -> TuningReport:
+    """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
+    recording every wrapped Module reached, then tune each one. Returns a TuningReport."""
+    dev = resolve_device(device)
+    if isinstance(dataset, torch.Tensor):
+        dataset = [dataset]
+    items = 0
+    with recording_session() as reached, torch.no_grad():
+        for index, item in enumerate(dataset):
+            items += 1
+            try:
+                _call(func, item)
+            except AITuneRayError:
+                raise
+            except Exception as exc:
+                raise DatasetError(f"dataset item {index} ({type(item).__name__}) could not be passed to "
+                                   f"{getattr(func, '__name__', type(func).__name__)}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+    if items == 0:
+        raise DatasetError("the dataset is empty: tune() needs at least one item to record real inputs")
+    modules = [m for m in reached if m.state == ModuleState.RECORDING]
+    if not modules:
+        raise RecordingError("no aitune_ray.Module was called by the function: wrap the modules to tune "
+                             "with aitune_ray.Module(...)")
+    report = tune_modules(modules, device=dev, executor=executor)
+    logger.info("tuning finished\n%s", report.markdown())
+    return report
+
+
+def save(obj: Any, path: str | Path) -> Path:
+    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file."""
+    from aitune_ray.checkpoint import save_checkpoint
+
+    return save_checkpoint(obj, Path(path))
+
+
+def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None) -> Any:
+    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj."""
+    from aitune_ray.checkpoint import load_checkpoint
+
+    return load_checkpoint(obj, Path(path), device_map=device_map)
