@@ -1,0 +1,194 @@
+"""load_checkpoint: verify a .ait file completely, then restore weights and backends into the user's modules.
+
+Order: manifest hash and version; module names; devices; backend classes (imported by path, never
+unpickled); every part's SHA-256 while extracting; weight keys and shapes. Only then is anything in the
+user's object changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aitune_ray.backend.backend import Backend
+from aitune_ray.checkpoint import format as fmt
+from aitune_ray.checkpoint.reader import CheckpointArchive
+from aitune_ray.checkpoint.weights import check_matches, read_weights
+from aitune_ray.device import resolve_device
+from aitune_ray.errors import AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError
+from aitune_ray.module import Module, find_modules
+
+logger = logging.getLogger(__name__)
+
+
+def match_modules(obj: Any, entries: list[dict]) -> dict[str, Module]:
+    """Checkpoint path -> the Module of obj at that attribute path."""
+    try:
+        found = find_modules(obj)
+    except ConfigError as exc:
+        raise CheckpointMismatchError(f"the checkpoint holds module(s) {[e['path'] for e in entries]} but "
+                                      f"{exc}") from exc
+    missing = [e["path"] for e in entries if e["path"] not in found]
+    if missing:
+        raise CheckpointMismatchError(f"the checkpoint holds module(s) {missing} that do not exist in "
+                                      f"{type(obj).__name__} (its wrapped modules: {sorted(found)}); it was "
+                                      "saved from another model or pipeline")
+    extra = sorted(set(found) - {e["path"] for e in entries})
+    if extra:
+        logger.warning("the checkpoint has nothing for module(s) %s; they are left as they are", extra)
+    return {e["path"]: found[e["path"]] for e in entries}
+
+
+def resolve_devices(entries: list[dict], targets: dict[str, Module],
+                    device_map: dict[str, Any] | None) -> dict[str, torch.device]:
+    """The device of each module: device_map (by attribute path, or by a Module's name), else the tuned one."""
+    by_key: dict[str, set[str]] = {}
+    for entry in entries:
+        for key in (entry["path"], entry["name"], targets[entry["path"]].name):
+            by_key.setdefault(key, set()).add(entry["path"])
+    chosen: dict[str, Any] = {}
+    if device_map:
+        unknown = sorted(k for k in device_map if k not in by_key)
+        if unknown:
+            raise ConfigError(f"device_map key(s) {unknown} match no module of the checkpoint; valid names: "
+                              f"{sorted(by_key)} (attribute paths, '' for the top module, or Module names)")
+        paths = {e["path"] for e in entries}
+        # Module names first, then attribute paths, so the more specific key wins.
+        for key in sorted(device_map, key=lambda k: k in paths):
+            for path in by_key[key]:
+                chosen[path] = device_map[key]
+    devices = {}
+    for entry in entries:
+        path = entry["path"]
+        if path in chosen:
+            devices[path] = resolve_device(chosen[path])
+            continue
+        try:
+            devices[path] = resolve_device(entry["device"])
+        except DeviceError as exc:
+            raise DeviceError(f"module {path!r} ({entry['name']}) was tuned on {entry['device']}, which this "
+                              f"machine cannot use ({exc}); load it onto another device with "
+                              f"device_map={{{path!r}: 'cpu'}} (or another device)") from exc
+    return devices
+
+
+def backend_for(entry: dict) -> Backend | None:
+    if entry["backend"] == fmt.EAGER:
+        return None
+    try:
+        return Backend.from_spec(entry["backend"])
+    except (AITuneRayError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"module {entry['path']!r}: backend {entry['backend'].get('type')!r} cannot be "
+                              f"recreated: {exc}") from exc
+
+
+def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None) -> Any:
+    """Restore every module saved in the checkpoint at path into obj and return obj."""
+    path = Path(path).expanduser()
+    with CheckpointArchive(path) as archive:
+        manifest = archive.manifest()
+        entries = manifest["modules"]
+        targets = match_modules(obj, entries)
+        devices = resolve_devices(entries, targets, device_map)
+        backends = {e["path"]: backend_for(e) for e in entries}
+        workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
+        try:
+            tensors, artifacts = _extract_all(archive, entries, targets, workdir)
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+    _log_versions(manifest, path)
+    try:
+        _apply(entries, targets, devices, backends, tensors, artifacts, workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    _release_when_unused(workdir, [b for b in backends.values() if b is not None])
+    logger.info("loaded checkpoint %s: %s", path, ", ".join(
+        f"{p or targets[p].name}={'eager' if backends[p] is None else backends[p].name} on {devices[p]}"
+        for p in targets))
+    return obj
+
+
+def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module],
+                 workdir: Path) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
+    """Extract and hash-check every part, then read and check the weights; nothing is applied yet."""
+    files: dict[str, tuple[Path, dict[str, Path]]] = {}
+    for index, entry in enumerate(entries):
+        folder = workdir / str(index)
+        (folder / "artifacts").mkdir(parents=True)
+        weights = archive.extract(entry["weights"], folder / "weights.safetensors")
+        extracted = {name: archive.extract(part, folder / "artifacts" / fmt.check_artifact_name(name, entry["path"]))
+                     for name, part in entry["artifacts"].items()}
+        files[entry["path"]] = (weights, extracted)
+    tensors = {}
+    for entry in entries:
+        where = entry["path"]
+        weights_file = files[where][0]
+        tensors[where] = read_weights(weights_file, where)
+        weights_file.unlink()
+        check_matches(targets[where].module, tensors[where], where)
+    return tensors, {p: a for p, (_, a) in files.items()}
+
+
+def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Path) -> None:
+    """Load weights, restore each backend, and only when all are ready switch the modules over."""
+    for entry in entries:
+        where = entry["path"]
+        inner = targets[where].module
+        inner.to(devices[where])
+        inner.load_state_dict(tensors[where], strict=True)
+    ready: list[Backend] = []
+    try:
+        for index, entry in enumerate(entries):
+            backend = backends[entry["path"]]
+            if backend is None:
+                continue
+            where = entry["path"]
+            try:
+                backend.restore(targets[where].module, entry["state"], artifacts[where], devices[where],
+                                workdir / str(index) / "restore")
+                backend.deploy()
+            except Exception as exc:  # noqa: BLE001 - a backend's restore may raise anything
+                raise CheckpointError(f"module {where!r}: {backend.name} could not be restored on "
+                                      f"{devices[where]}: {type(exc).__name__}: {exc}") from exc
+            ready.append(backend)
+    except BaseException:
+        for backend in ready:
+            backend.deactivate()
+        raise
+    for entry in entries:
+        module = targets[entry["path"]]
+        module.use_backend(backends[entry["path"]])
+        module.checkpoint_signature = entry.get("signature") or {}  # kept for a later save without samples
+
+
+def _release_when_unused(workdir: Path, backends: list[Backend]) -> None:
+    """Backends may keep reading their artifacts; the folder goes when the last of them is collected."""
+    if not backends:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return
+    holder = _FolderHolder(workdir)
+    for backend in backends:
+        backend._checkpoint_files = holder  # noqa: SLF001 - keeps the folder alive with the backend
+
+
+class _FolderHolder:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        weakref.finalize(self, shutil.rmtree, str(folder), True)
+
+
+def _log_versions(manifest: dict, path: Path) -> None:
+    saved = manifest.get("versions") or {}
+    here = fmt.package_versions([e["backend"]["type"] for e in manifest["modules"] if e["backend"] != fmt.EAGER])
+    differ = {k: (v, here.get(k)) for k, v in saved.items() if k in here and here[k] != v}
+    if differ:
+        logger.info("checkpoint %s was written with other package versions (saved -> here): %s", path,
+                    ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(differ.items())))
