@@ -79,13 +79,14 @@ class ONNXRuntimeBackend(Backend):
             raise BuildError(f"ONNX Runtime has no {provider.value} here (available: {', '.join(available)}); "
                              f"install aitune-ray[{extra}] or choose another execution provider")
         providers = [provider.value]
-        options = []
+        options = [{}]  # one entry per provider, or ONNX Runtime rejects the list and retries with its own
         if provider != ONNXExecutionProvider.CPU:
             options = [{"device_id": device.index or 0}]
         if provider == ONNXExecutionProvider.TENSORRT:
             providers.append(ONNXExecutionProvider.CUDA.value)
             options.append({"device_id": device.index or 0})
-        session = ort.InferenceSession(str(self._model_path), providers=providers, provider_options=options)
+        session = ort.InferenceSession(str(self._model_path), providers=providers,
+                                       provider_options=options or None)
         if provider.value not in session.get_providers():  # never fall back to the CPU silently
             raise BuildError(f"ONNX Runtime session did not take {provider.value} (it has "
                              f"{session.get_providers()})")
@@ -105,7 +106,11 @@ class ONNXRuntimeBackend(Backend):
         return {"output_spec": self._out_spec}
 
     def _artifacts(self) -> dict[str, Path]:
-        return {"model.onnx": self._model_path}
+        files = {"model.onnx": self._model_path}
+        data = self._model_path.with_name(self._model_path.name + ".data")  # weights of models over 2 GB
+        if data.exists():
+            files[data.name] = data
+        return files
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
         self._model_path = Path(artifacts["model.onnx"])

@@ -29,11 +29,17 @@ logger = logging.getLogger(__name__)
 
 def match_modules(obj: Any, entries: list[dict]) -> dict[str, Module]:
     """Checkpoint path -> the Module of obj at that attribute path."""
-    try:
-        found = find_modules(obj)
-    except ConfigError as exc:
-        raise CheckpointMismatchError(f"the checkpoint holds module(s) {[e['path'] for e in entries]} but "
-                                      f"{exc}") from exc
+    if isinstance(obj, _Attached):
+        found, obj = obj.modules(), obj.obj
+        if not found:
+            raise CheckpointMismatchError(f"the checkpoint holds module(s) {[e['path'] for e in entries]} but "
+                                          f"{type(obj).__name__} holds no aitune_ray.Module")
+    else:
+        try:
+            found = find_modules(obj)
+        except ConfigError as exc:
+            raise CheckpointMismatchError(f"the checkpoint holds module(s) {[e['path'] for e in entries]} but "
+                                          f"{exc}") from exc
     missing = [e["path"] for e in entries if e["path"] not in found]
     if missing:
         raise CheckpointMismatchError(f"the checkpoint holds module(s) {missing} that do not exist in "
@@ -43,6 +49,58 @@ def match_modules(obj: Any, entries: list[dict]) -> dict[str, Module]:
     if extra:
         logger.warning("the checkpoint has nothing for module(s) %s; they are left as they are", extra)
     return {e["path"]: found[e["path"]] for e in entries}
+
+
+def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[Any, str, Module]]]:
+    """AITune's load takes the plain model too: wrap each plain nn.Module that stands where the checkpoint has a
+    Module. Returns (the object to match against, [(parent, attribute, wrapper)] to attach once loaded)."""
+    from torch import nn
+
+    by_path = {e["path"]: e for e in entries}
+    if "" in by_path and isinstance(obj, nn.Module) and not isinstance(obj, Module):
+        return Module(obj, by_path[""]["name"]), []
+    attach = []
+    for path, entry in by_path.items():
+        if not path:
+            continue
+        parent_path, _, attr = path.rpartition(".")
+        parent = obj
+        for part in parent_path.split(".") if parent_path else []:
+            parent = getattr(parent, part, None)
+        child = getattr(parent, attr, None) if parent is not None else None
+        if isinstance(child, nn.Module) and not isinstance(child, Module):
+            attach.append((parent, attr, Module(child, entry["name"])))
+    return obj, attach
+
+
+class _Attached:
+    """A view of obj in which the planned wrappers already stand at their paths (for matching only)."""
+
+    def __init__(self, obj: Any, attach: list[tuple[Any, str, Module]]):
+        self.obj, self.attach = obj, attach
+
+    def modules(self) -> dict[str, Module]:
+        found = {}
+        try:
+            found = find_modules(self.obj)
+        except ConfigError:
+            pass
+        for parent, attr, wrapper in self.attach:
+            found[_path_of(self.obj, parent, attr)] = wrapper
+        return found
+
+
+def _path_of(root: Any, parent: Any, attr: str) -> str:
+    if parent is root:
+        return attr
+    for name, value in vars(root).items() if hasattr(root, "__dict__") else []:
+        if value is parent:
+            return f"{name}.{attr}"
+    if hasattr(root, "named_modules"):
+        for name, value in root.named_modules():
+            if value is parent:
+                return f"{name}.{attr}" if name else attr
+    return attr
 
 
 def resolve_devices(entries: list[dict], targets: dict[str, Module],
@@ -89,12 +147,16 @@ def backend_for(entry: dict) -> Backend | None:
 
 
 def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None) -> Any:
-    """Restore every module saved in the checkpoint at path into obj and return obj."""
+    """Restore every module saved in the checkpoint at path into obj and return obj.
+
+    obj may also be the plain model (or a pipeline holding plain modules), as with AITune: the modules are
+    wrapped once everything has loaded, and for a plain top-level model the wrapper is returned."""
     path = Path(path).expanduser()
     with CheckpointArchive(path) as archive:
         manifest = archive.manifest()
         entries = manifest["modules"]
-        targets = match_modules(obj, entries)
+        obj, attach = wrap_plain_modules(obj, entries)
+        targets = match_modules(_Attached(obj, attach) if attach else obj, entries)
         devices = resolve_devices(entries, targets, device_map)
         backends = {e["path"]: backend_for(e) for e in entries}
         workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
@@ -109,6 +171,8 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
+    for parent, attr, wrapper in attach:
+        setattr(parent, attr, wrapper)
     _release_when_unused(workdir, [b for b in backends.values() if b is not None])
     logger.info("loaded checkpoint %s: %s", path, ", ".join(
         f"{p or targets[p].name}={'eager' if backends[p] is None else backends[p].name} on {devices[p]}"
