@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# Tests that want Ray pass a RayExecutor; everything else tunes in-process, without starting Ray per call.
+os.environ.setdefault("AITUNE_RAY_EXECUTOR", "inline")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def pytest_collection_modifyitems(config, items):
