@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -34,9 +36,19 @@ def default_strategy(device: torch.device):
 
 
 def default_executor() -> Executor:
+    """RayExecutor in local single-node mode when ray is installed, else InlineExecutor (with a warning).
+    AITUNE_RAY_EXECUTOR=inline picks the inline executor regardless."""
     from aitune_ray.cluster.inline import InlineExecutor
 
-    return InlineExecutor()
+    if os.environ.get("AITUNE_RAY_EXECUTOR", "").lower() == "inline":
+        return InlineExecutor()
+    if importlib.util.find_spec("ray") is None:
+        logger.warning("ray is not installed: candidates are built inline, one after another "
+                       "(pip install 'aitune-ray[ray]' to build them in parallel)")
+        return InlineExecutor()
+    from aitune_ray.cluster import RayExecutor
+
+    return RayExecutor()
 
 
 def _tune_one(module: Module, device: torch.device, executor: Executor) -> ModuleReport:
@@ -44,8 +56,10 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
         raise RecordingError(f"{module.name} has no recorded samples: call it (or tune() a function that "
                              "calls it) with real inputs before tuning")
     strategy = module.strategy or default_strategy(device)
-    module.module.to(device)
-    samples = module.samples.to(device)
+    # A Ray driver may tune for GPUs it does not have itself: then the module stays on its CPU here.
+    local = device if device.type == "cpu" or torch.cuda.is_available() else torch.device("cpu")
+    module.module.to(local)
+    samples = module.samples.to(local)
     context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config)
     logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
                 len(samples), samples.batch_sizes())
@@ -60,12 +74,12 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
 def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
                  raise_errors: bool = False) -> TuningReport:
     """Tune each module in turn. A module that fails stays eager, with the reason logged and reported."""
-    dev = resolve_device(device)
     own = executor is None
     executor = executor or default_executor()
     report = TuningReport()
     executor.open()
     try:
+        dev = executor.resolve_device(device)
         for module in modules:
             try:
                 report.modules.append(_tune_one(module, dev, executor))
@@ -87,6 +101,13 @@ def tune_modules(modules: Iterable[Module], device=None, executor: Executor | No
     return report
 
 
+def _devices_are_local(executor: Executor | None) -> bool:
+    """True when the device to tune for must be on this machine (not on a Ray cluster elsewhere)."""
+    if executor is not None:
+        return type(executor).resolve_device is Executor.resolve_device
+    return not os.environ.get("RAY_ADDRESS")
+
+
 def _call(func: Callable, item: Any) -> None:
     if isinstance(item, tuple):
         func(*item)
@@ -99,7 +120,8 @@ def _call(func: Callable, item: Any) -> None:
 def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None) -> TuningReport:
     """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
     recording every wrapped Module reached, then tune each one. Returns a TuningReport."""
-    dev = resolve_device(device)
+    if _devices_are_local(executor):
+        resolve_device(device)  # fail before recording when this machine lacks the device
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
     items = 0
@@ -120,7 +142,7 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
     if not modules:
         raise RecordingError("no aitune_ray.Module was called by the function: wrap the modules to tune "
                              "with aitune_ray.Module(...)")
-    report = tune_modules(modules, device=dev, executor=executor)
+    report = tune_modules(modules, device=device, executor=executor)
     logger.info("tuning finished\n%s", report.markdown())
     return report
 

@@ -50,6 +50,12 @@ class Executor(ABC):
     def close(self) -> None:
         """Release what open() acquired."""
 
+    def resolve_device(self, device) -> torch.device:
+        """The device to tune for. Here: one this process has (None: its GPU, else the CPU)."""
+        from aitune_ray.device import resolve_device
+
+        return resolve_device(device)
+
     def __enter__(self) -> "Executor":
         self.open()
         return self

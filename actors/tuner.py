@@ -1,0 +1,212 @@
+"""TunerActor: one per GPU. Builds, checks and profiles candidates, times eager, re-measures finalists.
+
+The class is plain Python; aitune_ray.cluster.pool turns it into a Ray actor pinned to its resources.
+Everything it receives and returns is plain data: job and result dicts, artifact bytes, and the module
+and samples, which arrive once per module as object references and are cached here.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import itertools
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from aitune_ray.backend.backend import Backend
+from aitune_ray.candidate import run_candidate
+from aitune_ray.cluster import artifacts
+from aitune_ray.measure.timing import MeasureConfig, measure_interleaved, profile_samples
+from aitune_ray.results import ERROR, CandidateJob
+
+logger = logging.getLogger(__name__)
+
+
+def _plain_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "module"
+
+
+class TunerActor:
+    """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
+    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.cluster.artifacts)."""
+
+    def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None):
+        self.slot = slot
+        self.log_path = log_path
+        self.limit_bytes = limit_bytes
+        self.artifact_dir = artifact_dir
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "a", buffering=1)
+        handler = logging.StreamHandler(self._log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        faulthandler.enable(file=self._log, all_threads=True)  # a segfault leaves its traceback here
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"aitune-ray-actor{slot}-"))
+        self._modules: dict[str, tuple[tuple, Any, Any, torch.device]] = {}
+        self._built: dict[tuple[str, str], Backend] = {}
+        self.loads = 0
+        self._identity = self._describe()
+        logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
+
+    # ----- identity -----------------------------------------------------------------------------
+    def _describe(self) -> dict:
+        host = socket.gethostname()
+        try:
+            ip = ray.util.get_node_ip_address()
+        except Exception:  # outside Ray (tests calling the class directly)
+            ip = ""
+        gpu_ids = [str(i) for i in ray.get_gpu_ids()] if ray.is_initialized() else []
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            uuid = str(getattr(props, "uuid", ""))
+            gpu = f"{props.name} #{','.join(gpu_ids) or '0'}" + (f" ({uuid})" if uuid else "")
+        elif gpu_ids:
+            gpu = f"cpu (Ray GPU {','.join(gpu_ids)})"   # a logical GPU without CUDA: still its own identity
+        else:
+            gpu = f"cpu (actor {self.slot})"
+        return {"node": f"{host} ({ip})" if ip else host, "gpu": gpu, "gpu_ids": gpu_ids,
+                "cuda": torch.cuda.is_available(), "pid": os.getpid(), "log_path": self.log_path,
+                "slot": self.slot}
+
+    def identity(self) -> dict:
+        return dict(self._identity)
+
+    def stats(self) -> dict:
+        return {"loads": self.loads, "pid": os.getpid(), "slot": self.slot,
+                "modules": sorted(self._modules), "built": sorted(k for _, k in self._built)}
+
+    @staticmethod
+    def device_for(intent: str) -> torch.device:
+        """The driver says cpu or cuda; this worker uses its own visible GPU when it has CUDA."""
+        if intent == "cuda" and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    # ----- module cache -------------------------------------------------------------------------
+    def _module(self, name: str, box: list, intent: str):
+        """The module and samples of name on this worker's device, fetched once per module."""
+        token = tuple(ref.hex() if hasattr(ref, "hex") else id(ref) for ref in box) + (intent,)
+        cached = self._modules.get(name)
+        if cached is not None and cached[0] == token:
+            return cached[1], cached[2], cached[3]
+        self.discard(name)
+        module, samples = ray.get(list(box)) if isinstance(box[0], ray.ObjectRef) else box
+        device = self.device_for(intent)
+        if intent == "cuda" and device.type == "cpu":
+            logger.warning("the driver asked for cuda but this worker has no CUDA device: using the CPU")
+        module = module.to(device).eval()
+        samples = samples.to(device)
+        self.loads += 1
+        self._modules[name] = (token, module, samples, device)
+        logger.info("loaded module %s (%d samples) onto %s", name, len(samples), device)
+        return module, samples, device
+
+    def discard(self, name: str) -> None:
+        """Forget the module and everything built for it here."""
+        self._modules.pop(name, None)
+        for key in [k for k in self._built if k[0] == name]:
+            del self._built[key]
+        shutil.rmtree(self.workdir / _plain_name(name), ignore_errors=True)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # ----- work ---------------------------------------------------------------------------------
+    def baseline(self, name: str, box: list, intent: str, measure: dict) -> dict[int, dict]:
+        module, samples, device = self._module(name, box, intent)
+        logger.info("timing eager %s on %s", name, device)
+        timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
+        return {bs: t.to_dict() for bs, t in timings.items()}
+
+    def run(self, name: str, box: list, intent: str, job: dict) -> dict:
+        """Build, check and profile one candidate. Returns {"result": BuildResult dict, "refs": {name: ref}}
+        where refs holds artifacts too large to travel inside the result (no artifact_dir configured)."""
+        module, samples, device = self._module(name, box, intent)
+        candidate = CandidateJob(**job)
+        logger.info("candidate %s of %s on %s", candidate.key, name, device)
+        result, backend = run_candidate(candidate, module, samples, device, self.workdir / _plain_name(name),
+                                        self.log_path)
+        result.node, result.gpu = self._identity["node"], self._identity["gpu"]
+        refs: dict[str, Any] = {}
+        if backend is not None:
+            backend.deactivate()
+            self._built[(name, candidate.key)] = backend
+            try:
+                result.artifacts, large = artifacts.pack(
+                    result.artifacts, limit_bytes=self.limit_bytes, artifact_dir=self.artifact_dir,
+                    prefix=f"{_plain_name(name)}/{candidate.key}")
+                refs = {n: ray.put(p.read_bytes()) for n, p in large.items()}
+            except Exception as exc:
+                logger.exception("artifact transfer of %s failed", candidate.key)
+                result.status, result.error_type = ERROR, type(exc).__name__
+                result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+                result.artifacts = {}
+                self._built.pop((name, candidate.key), None)
+        logger.info("candidate %s: %s %s", candidate.key, result.status, result.error)
+        return {"result": result.to_dict(), "refs": refs}
+
+    def _restore(self, name: str, module, device: torch.device, finalist: dict) -> Backend:
+        backend = self._built.get((name, finalist["key"]))
+        if backend is not None:
+            backend.activate()
+            return backend
+        where = self.workdir / _plain_name(name) / "restored" / finalist["key"]
+        files = artifacts.fetch(finalist.get("artifacts") or {}, where)
+        backend = Backend.from_spec(finalist["spec"])
+        backend.restore(module, finalist.get("state") or {}, files, device, where)
+        backend.activate()
+        self._built[(name, finalist["key"])] = backend
+        return backend
+
+    def remeasure(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int) -> dict:
+        """Time eager and every finalist in turn (A B A B ...) at each recorded batch size, here.
+
+        finalists: {"key", "spec", "state", "artifacts"} each; a finalist built on this actor is reused,
+        any other is restored from its spec, state and artifacts."""
+        module, samples, device = self._module(name, box, intent)
+        backends: dict[str, Backend] = {}
+        errors: dict[str, str] = {}
+        for finalist in finalists:
+            try:
+                backends[finalist["key"]] = self._restore(name, module, device, finalist)
+            except Exception as exc:
+                logger.exception("cannot restore %s for re-measurement", finalist["key"])
+                errors[finalist["key"]] = f"{type(exc).__name__}: {exc}"
+        calls: dict[str, Any] = {"eager": module}
+        calls.update({key: backend.infer for key, backend in backends.items()})
+        eager: dict[int, dict] = {}
+        timed: dict[str, dict[int, dict]] = {key: {} for key in backends}
+        try:
+            for bs in samples.batch_sizes():
+                group = [s for s in samples if s.batch_size == bs]
+                fns = {key: _cycling(call, group) for key, call in calls.items()}
+                timings = measure_interleaved(fns, device, bs, rounds=rounds)
+                eager[bs] = timings.pop("eager").to_dict()
+                for key, timing in timings.items():
+                    timed[key][bs] = timing.to_dict()
+        finally:
+            for backend in backends.values():
+                backend.deactivate()
+        logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self._identity["gpu"])
+        return {"eager": eager, "results": timed, "errors": errors, "node": self._identity["node"],
+                "gpu": self._identity["gpu"]}
+
+
+def _cycling(call, group):
+    cycle = itertools.cycle(group)
+
+    def once():
+        sample = next(cycle)
+        return call(*sample.args, **sample.kwargs)
+
+    return once
+

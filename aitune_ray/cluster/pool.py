@@ -1,0 +1,108 @@
+"""ActorPool: a fixed number of slots, each holding one TunerActor pinned to its GPU (or CPU share).
+
+A slot whose actor died or was killed gets a fresh actor on the same resources. Replacements after a
+failure (crash, timeout, out of memory) are limited per slot by max_restarts; a slot that used them up
+is retired. Kills that only stop unwanted work (cancel) do not count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.tuner import TunerActor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Slot:
+    index: int
+    actor: Any = None                 # ActorHandle, None while retired
+    generation: int = 0
+    restarts: int = 0                 # replacements after failures
+    log_path: str = ""
+    ready_ref: Any = None             # ObjectRef of actor.identity()
+    info: dict | None = None          # identity once the actor answered
+    busy: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return self.actor is not None
+
+    def ready(self) -> bool:
+        """True once the actor has started (its identity call answered); never blocks."""
+        if self.info is not None:
+            return True
+        if self.ready_ref is None:
+            return False
+        done, _ = ray.wait([self.ready_ref], timeout=0)
+        if not done:
+            return False
+        try:
+            self.info = ray.get(self.ready_ref)
+        except ray.exceptions.RayError:
+            return False
+        return True
+
+    def identity(self) -> dict:
+        self.ready()
+        return self.info or {"node": "", "gpu": "", "log_path": self.log_path}
+
+
+class ActorPool:
+    def __init__(self, size: int, *, num_gpus: float, num_cpus: float, max_restarts: int, log_dir: str,
+                 limit_bytes: int, artifact_dir: str | None):
+        self.num_gpus, self.num_cpus = num_gpus, num_cpus
+        self.max_restarts = max_restarts
+        self.log_dir = log_dir
+        self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
+        self._remote = ray.remote(TunerActor)
+        self.slots = [Slot(i) for i in range(size)]
+        for slot in self.slots:
+            self._spawn(slot)
+
+    def _spawn(self, slot: Slot) -> None:
+        slot.generation += 1
+        slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
+        slot.actor = self._remote.options(num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
+                                          max_concurrency=1, scheduling_strategy="SPREAD").remote(
+            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir)
+        slot.ready_ref = slot.actor.identity.remote()
+        slot.info = None
+        slot.busy = False
+        logger.debug("slot %d: actor generation %d, log %s", slot.index, slot.generation, slot.log_path)
+
+    def alive(self) -> list[Slot]:
+        return [s for s in self.slots if s.alive]
+
+    def idle(self) -> list[Slot]:
+        return [s for s in self.slots if s.alive and not s.busy]
+
+    def replace(self, slot: Slot, reason: str, failure: bool = True) -> bool:
+        """Kill slot's actor and start a fresh one there. Returns False when the slot is retired instead."""
+        self.kill(slot)
+        if failure:
+            slot.restarts += 1
+            if slot.restarts > self.max_restarts:
+                logger.error("slot %d retired after %d failures (last: %s)", slot.index, slot.restarts, reason)
+                return False
+        logger.warning("slot %d: replacing its actor (%s)", slot.index, reason)
+        self._spawn(slot)
+        return True
+
+    def kill(self, slot: Slot) -> None:
+        if slot.actor is not None:
+            try:
+                ray.kill(slot.actor, no_restart=True)
+            except Exception as exc:  # already gone
+                logger.debug("kill of slot %d: %s", slot.index, exc)
+        slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
+
+    def shutdown(self) -> None:
+        for slot in self.slots:
+            self.kill(slot)

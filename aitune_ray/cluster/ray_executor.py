@@ -1,0 +1,472 @@
+"""RayExecutor: candidate builds on GPU-pinned Ray actors, on one machine or across a cluster.
+
+One TunerActor per GPU (gpus_per_actor each) does its own build, correctness check and profile, so a GPU
+that measures never builds something else at the same time. The module and its samples are put in the
+object store once per module; each actor fetches them once and caches them. Results come back in
+completion order. A candidate that raises, kills its worker, runs past task_timeout_s or runs out of
+memory becomes that candidate's result ("error", "crashed", "timed out", "oom"); its actor is replaced.
+
+Artifacts travel back as bytes inside the result up to inline_artifact_limit_mb, above that through
+artifact_dir (a shared path or fsspec URL) when one is set, else as separate object-store objects; the
+driver writes them into its workdir as results arrive. materialize() restores the chosen backend on the
+driver; when it ran on CUDA and the driver has no CUDA GPU, it returns a DetachedBackend, which a
+checkpoint can save but which cannot run inference.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import ray
+import torch
+
+from aitune_ray.backend.backend import Backend
+from aitune_ray.cluster import artifacts
+from aitune_ray.cluster.detached import DetachedBackend
+from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.errors import BuildError, ConfigError, DeviceError
+from aitune_ray.measure.timing import Timing
+from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+
+logger = logging.getLogger(__name__)
+progress_logger = logging.getLogger("aitune_ray.progress")
+
+_DEATH = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
+          ray.exceptions.NodeDiedError, ray.exceptions.ActorUnschedulableError)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, ray.exceptions.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return "memory monitor" in text or "out of memory" in text or "outofmemory" in text
+
+
+def _short(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _log_hint(path: str) -> str:
+    """The fatal line a dying worker left in its log, when the log is readable from here."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    fatal = [line for line in lines if "Fatal Python error" in line]
+    return fatal[-1].strip() if fatal else ""
+
+
+def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.device.type == "cpu" for t in tensors):
+        return module
+    return copy.deepcopy(module).to("cpu")
+
+
+@dataclasses.dataclass
+class _Task:
+    slot: Slot
+    job: CandidateJob
+    dispatched: float
+    started: float | None = None     # when the actor was up; the timeout counts from here
+
+
+class _RayHandle(RunHandle):
+    def __init__(self, executor: "RayExecutor", context: TuneContext, jobs: list[CandidateJob]):
+        self._ex, self._ctx = executor, context
+        self._queue = collections.deque(jobs)
+        self._inflight: dict = {}     # ObjectRef -> _Task
+        self._cancelled = False
+
+    def __iter__(self) -> Iterator[BuildResult]:
+        finished = False
+        try:
+            while not self._cancelled and (self._queue or self._inflight):
+                self._dispatch()
+                if not self._inflight:   # every slot retired: what is left cannot run
+                    while self._queue and not self._cancelled:
+                        yield self._unrun(self._queue.popleft())
+                    break
+                ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
+                for ref in ready:
+                    task = self._inflight.pop(ref)
+                    result = self._collect(ref, task)
+                    self._ex._done(self._ctx, task, result)
+                    yield result
+                    if self._cancelled:
+                        return
+                for ref, task in self._expired():
+                    self._inflight.pop(ref)
+                    result = self._timed_out(task)
+                    self._ex._done(self._ctx, task, result)
+                    yield result
+                    if self._cancelled:
+                        return
+            finished = True
+        finally:
+            if not finished:   # Ctrl-C, an error in the consumer, or the consumer stopped early
+                self.cancel()
+
+    def cancel(self) -> None:
+        if self._cancelled:
+            return
+        self._cancelled = True
+        self._queue.clear()
+        for task in self._inflight.values():
+            self._ex._emit(self._ctx, task.job, "done", CANCELLED, task.slot.identity(),
+                           time.monotonic() - task.dispatched)
+            self._ex.pool.replace(task.slot, "its work was cancelled", failure=False)
+        self._inflight.clear()
+
+    # ----- internals ------------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        box, intent = self._ex._box(self._ctx), self._ex._intent(self._ctx)
+        for slot in self._ex.pool.idle():
+            if not self._queue:
+                return
+            job = self._queue.popleft()
+            ref = slot.actor.run.remote(self._ctx.name, box, intent, job.to_dict())
+            slot.busy = True
+            self._inflight[ref] = _Task(slot, job, time.monotonic())
+            self._ex._emit(self._ctx, job, "building", "running", slot.identity(), 0.0)
+
+    def _poll_s(self) -> float:
+        now = time.monotonic()
+        waits = [1.0] + [t.started + self._ex.task_timeout_s - now for t in self._inflight.values() if t.started]
+        return max(0.01, min(waits))
+
+    def _expired(self) -> list:
+        now, limit = time.monotonic(), self._ex.task_timeout_s
+        expired = []
+        for ref, task in self._inflight.items():
+            if task.started is None and task.slot.ready():
+                task.started = now
+            start = task.started if task.started is not None else task.dispatched + limit  # startup grace
+            if now - start > limit:
+                expired.append((ref, task))
+        return expired
+
+    def _collect(self, ref, task: _Task) -> BuildResult:
+        slot, job = task.slot, task.job
+        try:
+            out = ray.get(ref)
+        except _DEATH as exc:
+            status = OOM if _is_oom(exc) else CRASHED
+            hint = _log_hint(slot.log_path)
+            what = "ran out of memory" if status == OOM else "died"
+            result = self._failed(task, status, f"the worker process {what} while building {_backend_name(job)}"
+                                  f"{': ' + hint if hint else ''} ({_short(exc)})", type(exc).__name__)
+            self._ex.pool.replace(slot, f"{job.key}: {status}")
+            return result
+        except ray.exceptions.TaskCancelledError as exc:
+            slot.busy = False
+            return self._failed(task, CANCELLED, _short(exc), type(exc).__name__)
+        except ray.exceptions.RayError as exc:   # the actor method itself raised (e.g. the module did not load)
+            slot.busy = False
+            cause = getattr(exc, "cause", None) or exc
+            status = OOM if _is_oom(cause) else ERROR
+            return self._failed(task, status, f"{type(cause).__name__}: {_short(cause, 2000)}", type(cause).__name__)
+        slot.busy = False
+        result = BuildResult.from_dict(out["result"])
+        try:
+            for name, blob in (out.get("refs") or {}).items():
+                result.artifacts[name] = ray.get(blob)
+            result.artifacts = artifacts.store(result.artifacts, self._ctx.workdir / "artifacts" / job.key)
+        except Exception as exc:
+            logger.exception("artifacts of %s did not reach the driver", job.key)
+            result.status, result.error_type = ERROR, type(exc).__name__
+            result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+            result.artifacts = {}
+        return result
+
+    def _timed_out(self, task: _Task) -> BuildResult:
+        limit = self._ex.task_timeout_s
+        result = self._failed(task, TIMED_OUT, f"{_backend_name(task.job)} ran past task_timeout_s={limit:g}s; "
+                              "its actor was killed and replaced", "TimeoutError")
+        self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
+        return result
+
+    def _unrun(self, job: CandidateJob) -> BuildResult:
+        result = BuildResult(key=job.key, backend=_backend_name(job), spec=job.spec, status=ERROR,
+                             error_type="NoActorsLeft",
+                             error=f"not run: every actor slot used up its max_actor_restarts="
+                                   f"{self._ex.max_actor_restarts} replacements")
+        self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
+        return result
+
+    def _failed(self, task: _Task, status: str, error: str, error_type: str) -> BuildResult:
+        info = task.slot.identity()
+        return BuildResult(key=task.job.key, backend=_backend_name(task.job), spec=task.job.spec, status=status,
+                           error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
+                           device=self._ex._intent(self._ctx), node=info.get("node", ""), gpu=info.get("gpu", ""),
+                           log_path=info.get("log_path") or task.slot.log_path)
+
+
+def _backend_name(job: CandidateJob) -> str:
+    return job.spec.get("type", "").rpartition(":")[2]
+
+
+class RayExecutor(Executor):
+    """Runs candidate jobs on a pool of Ray actors, one per GPU.
+
+    address: a Ray cluster to connect to (else RAY_ADDRESS, else an already initialized Ray, else Ray is
+        started on this machine; close() shuts down only a Ray this executor started or connected).
+    gpus_per_actor / cpus_per_actor: resources of each actor; the pool has one actor per gpus_per_actor
+        GPUs of the cluster, at most max_actors. A cluster without GPUs gets max_actors (or 1) CPU actors.
+    task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
+    max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
+    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.cluster.artifacts).
+    log_dir: each actor's own log file goes here (default: a new temporary directory).
+    progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
+    remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    """
+
+    def __init__(self, address: str | None = None, *, gpus_per_actor: float = 1, cpus_per_actor: float = 1,
+                 max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
+                 artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
+                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30):
+        if gpus_per_actor < 0 or cpus_per_actor < 0:
+            raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
+        if max_actors is not None and max_actors < 1:
+            raise ConfigError(f"max_actors must be at least 1, got {max_actors}")
+        if task_timeout_s <= 0 or max_actor_restarts < 0 or inline_artifact_limit_mb < 0 or remeasure_rounds < 1:
+            raise ConfigError("task_timeout_s and remeasure_rounds must be positive; max_actor_restarts and "
+                              "inline_artifact_limit_mb must not be negative")
+        artifacts.check_artifact_dir(artifact_dir)
+        self.address = address
+        self.gpus_per_actor, self.cpus_per_actor, self.max_actors = gpus_per_actor, cpus_per_actor, max_actors
+        self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
+        self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
+        self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
+        self.pool: ActorPool | None = None
+        self.puts = 0                   # ray.put calls made for modules and samples
+        self._own_ray = False
+        self._boxes: dict[str, tuple] = {}
+
+    # ----- lifecycle ----------------------------------------------------------------------------
+    def open(self) -> None:
+        if self.pool is not None:
+            return
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            if address:
+                logger.info("connecting to the Ray cluster at %s", address)
+                ray.init(address=address)
+            else:
+                logger.info("starting Ray on this machine (local single-node mode)")
+                ray.init(include_dashboard=False, log_to_driver=False)
+            self._own_ray = True
+        resources = ray.cluster_resources()
+        gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
+        if gpus > 0 and self.gpus_per_actor > 0:
+            num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
+            size = min(size, self.max_actors or size)
+        else:
+            num_gpus, size = 0, self.max_actors or 1
+            logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
+        if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
+            fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
+            logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
+                           self.cpus_per_actor, cpus, fit)
+            size = fit
+        if size < 1:
+            raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
+        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        self.pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
+                              max_restarts=self.max_actor_restarts, log_dir=log_dir,
+                              limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir)
+        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
+                    log_dir)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+        self._boxes.clear()
+        if self._own_ray and ray.is_initialized():
+            ray.shutdown()
+        self._own_ray = False
+
+    def resolve_device(self, device) -> torch.device:
+        """cpu or cuda, judged by the cluster's GPUs rather than this machine's. A cuda index is dropped:
+        each actor uses its own GPU."""
+        self.open()
+        gpus = ray.cluster_resources().get("GPU", 0.0)
+        if device is None:
+            return torch.device("cuda" if gpus > 0 else "cpu")
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise DeviceError(f"{device!r} is not a device name: {exc}") from exc
+        if dev.type == "cpu":
+            return dev
+        if dev.type != "cuda":
+            raise DeviceError(f"device type {dev.type!r} is not supported (use 'cpu' or 'cuda')")
+        if gpus <= 0:
+            raise DeviceError(f"device {device!r} was asked for, but the Ray cluster has no GPU")
+        if dev.index is not None:
+            logger.info("device %s: on Ray every actor uses its own GPU; the index is ignored", dev)
+        return torch.device("cuda")
+
+    # ----- helpers ------------------------------------------------------------------------------
+    @staticmethod
+    def _intent(context: TuneContext) -> str:
+        return "cuda" if torch.device(context.device).type == "cuda" else "cpu"
+
+    def _put(self, value):
+        self.puts += 1
+        return ray.put(value)
+
+    def _box(self, context: TuneContext) -> list:
+        """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
+        entry = self._boxes.get(context.name)
+        if entry is not None and entry[0] is context.module and entry[1] is context.samples:
+            return entry[2]
+        samples = context.samples
+        if any(t.device.type != "cpu" for s in samples for t in _tensors(s)):
+            samples = samples.to("cpu")
+        box = [self._put(_cpu_module(context.module)), self._put(samples)]
+        self._boxes[context.name] = (context.module, context.samples, box)
+        return box
+
+    def _slot(self, prefer: set | None = None) -> Slot:
+        self.open()
+        slots = self.pool.alive()
+        if not slots:
+            raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
+        if prefer:
+            for slot in slots:
+                info = slot.identity()
+                if (info.get("node"), info.get("gpu")) in prefer:
+                    return slot
+        return next((s for s in slots if not s.busy), slots[0])
+
+    def _call(self, slot: Slot, ref, what: str):
+        """Wait for one actor call under task_timeout_s; a dead or stuck actor is replaced and raises."""
+        started = None
+        try:
+            while True:
+                done, _ = ray.wait([ref], timeout=1.0)
+                if done:
+                    return ray.get(ref)
+                now = time.monotonic()
+                if started is None and slot.ready():
+                    started = now
+                if started is not None and now - started > self.task_timeout_s:
+                    self.pool.replace(slot, f"{what} timed out")
+                    raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
+        except _DEATH as exc:
+            self.pool.replace(slot, f"{what}: worker died")
+            raise BuildError(f"the worker died during {what} ({_short(exc)}); log: {slot.log_path}") from exc
+        except ray.exceptions.RayError as exc:
+            raise BuildError(f"{what} failed: {_short(getattr(exc, 'cause', None) or exc, 2000)}") from exc
+        except KeyboardInterrupt:
+            self.pool.replace(slot, f"{what} interrupted", failure=False)
+            raise
+
+    def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
+              elapsed_s: float) -> None:
+        record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
+                  "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
+                  "elapsed_s": round(elapsed_s, 3)}
+        progress_logger.info("%s %s [%s] %s %s on %s %s after %.1fs", record["module"], record["backend"],
+                             record["key"], event, status, record["node"], record["gpu"], elapsed_s)
+        if self.progress is not None:
+            try:
+                self.progress(record)
+            except Exception:
+                logger.exception("the progress callback raised")
+
+    def _done(self, context: TuneContext, task: _Task, result: BuildResult) -> None:
+        where = {"node": result.node, "gpu": result.gpu} if result.node else task.slot.identity()
+        self._emit(context, task.job, "done", result.status, where, time.monotonic() - task.dispatched)
+
+    # ----- Executor -----------------------------------------------------------------------------
+    def baseline(self, context: TuneContext) -> dict[int, Timing]:
+        slot = self._slot()
+        ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
+                                         context.measure.to_dict())
+        data = self._call(slot, ref, f"eager baseline of {context.name}")
+        return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
+
+    def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        self.open()
+        return _RayHandle(self, context, jobs)
+
+    def remeasure(self, context: TuneContext, results: list[BuildResult],
+                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
+        identities = collections.Counter((r.node, r.gpu) for r in results)
+        if len(identities) < 2:
+            return None
+        slot = self._slot(prefer={identities.most_common(1)[0][0]})
+        payload = [{"key": r.key, "spec": r.spec, "state": r.state, "artifacts": self._outbound(context, r)}
+                   for r in results]
+        ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
+                                          self.remeasure_rounds)
+        try:
+            out = self._call(slot, ref, f"re-measurement of {context.name}")
+        except BuildError as exc:
+            logger.warning("[%s] finalists keep their raw numbers: %s", context.name, exc)
+            return None
+        for key, error in out["errors"].items():
+            logger.warning("[%s] %s was not re-measured: %s", context.name, key, error)
+        for r in results:
+            r.remeasured = {int(bs): t for bs, t in out["results"].get(r.key, {}).items()}
+        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
+                    len(out["results"]), len(identities), out["node"], out["gpu"])
+        return {int(bs): Timing.from_dict(t) for bs, t in out["eager"].items()}
+
+    def _outbound(self, context: TuneContext, result: BuildResult) -> dict:
+        """A result's artifacts as a worker can read them: files this driver wrote travel as bytes."""
+        workdir = Path(context.workdir).resolve()
+        sent = {}
+        for name, value in result.artifacts.items():
+            if isinstance(value, str) and not artifacts.is_url(value) and workdir in Path(value).resolve().parents:
+                sent[name] = Path(value).read_bytes()
+            else:
+                sent[name] = value
+        return sent
+
+    def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
+        where = Path(context.workdir) / "materialized" / result.key
+        files = artifacts.fetch(result.artifacts, where / "artifacts")
+        if result.device.startswith("cuda") and not torch.cuda.is_available():
+            logger.warning("[%s] %s ran on %s, and this driver has no CUDA GPU: it can be saved to a checkpoint "
+                           "but not called here", context.name, result.backend, result.gpu)
+            return DetachedBackend(result, files)
+        device = torch.device("cpu")
+        if result.device.startswith("cuda"):
+            device = context.device if torch.device(context.device).type == "cuda" else torch.device("cuda")
+        backend = Backend.from_spec(result.spec)
+        backend.restore(context.module, result.state, files, device, where)
+        backend.activate()
+        return backend
+
+    def discard(self, context: TuneContext) -> None:
+        self._boxes.pop(context.name, None)
+        if self.pool is not None:
+            for slot in self.pool.alive():
+                slot.actor.discard.remote(context.name)
+
+    # ----- for tests and tools ------------------------------------------------------------------
+    def actor_stats(self) -> list[dict]:
+        """Each live actor's counters: module loads, cached modules and built backends."""
+        self.open()
+        return ray.get([s.actor.stats.remote() for s in self.pool.alive()])
+
+
+def _tensors(sample) -> list[torch.Tensor]:
+    from aitune_ray.samples import tensors_of
+
+    return tensors_of((sample.args, sample.kwargs, sample.outputs))

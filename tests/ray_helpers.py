@@ -1,0 +1,97 @@
+"""Models and user backends for the Ray executor tests. Importable by Ray workers (tests.ray_helpers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from aitune_ray.backend import Backend, BackendConfig
+
+
+class SlowNet(nn.Module):
+    """A linear layer whose eager forward wastes `delay_s`: a backend that skips the wait is clearly faster."""
+
+    def __init__(self, features: int = 8, delay_s: float = 0.003):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(features, features)
+        self.delay_s = delay_s
+
+    def forward(self, x):
+        time.sleep(self.delay_s)
+        return self.linear(x)
+
+
+@dataclasses.dataclass
+class HelperConfig(BackendConfig):
+    """build_s: time spent building. infer_delay_s: time added to every call. tag: tells twins apart."""
+
+    build_s: float = 0.0
+    infer_delay_s: float = 0.0
+    tag: int = 0
+
+
+class FastBackend(Backend):
+    """Correct and fast: calls the linear layer without the eager delay."""
+
+    config_class = HelperConfig
+
+    def _build(self, module, samples, device, workdir):
+        time.sleep(self.config.build_s)
+        self._linear = module.linear
+
+    def _infer(self, x):
+        if self.config.infer_delay_s:
+            time.sleep(self.config.infer_delay_s)
+        return self._linear(x)
+
+
+class RaisingBackend(FastBackend):
+    def _build(self, module, samples, device, workdir):
+        raise RuntimeError("this backend always fails to build")
+
+
+class SegfaultBackend(FastBackend):
+    def _build(self, module, samples, device, workdir):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class HangingBackend(FastBackend):
+    def _build(self, module, samples, device, workdir):
+        time.sleep(self.config.build_s or 120.0)
+
+
+class OomBackend(FastBackend):
+    def _build(self, module, samples, device, workdir):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+class WeightsAotBackend(Backend):
+    """An ahead-of-time user backend: its artifact is the linear layer's weights (weights.pt)."""
+
+    config_class = HelperConfig
+    is_jit = False
+
+    def _build(self, module, samples, device, workdir):
+        self._path = Path(workdir) / "weights.pt"
+        torch.save({"weight": module.linear.weight.detach().cpu(), "bias": module.linear.bias.detach().cpu()},
+                   self._path)
+        self._load(module, {}, {"weights.pt": self._path}, device)
+
+    def _load(self, module, state, artifacts, device):
+        self._path = Path(artifacts["weights.pt"])
+        data = torch.load(self._path, weights_only=True)
+        self._weight, self._bias = data["weight"].to(device), data["bias"].to(device)
+        self._node = os.uname().nodename
+
+    def _infer(self, x):
+        return torch.nn.functional.linear(x, self._weight, self._bias)
+
+    def _artifacts(self):
+        return {"weights.pt": self._path}
