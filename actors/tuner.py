@@ -55,6 +55,7 @@ class TunerActor:
         self._modules: dict[str, tuple[tuple, Any, Any, torch.device]] = {}
         self._built: dict[tuple[str, str], Backend] = {}
         self.loads = 0
+        self.baselines = 0
         self._identity = self._describe()
         logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
 
@@ -63,8 +64,9 @@ class TunerActor:
         host = socket.gethostname()
         try:
             ip = ray.util.get_node_ip_address()
+            node_id = ray.get_runtime_context().get_node_id()
         except Exception:  # outside Ray (tests calling the class directly)
-            ip = ""
+            ip, node_id = "", ""
         gpu_ids = [str(i) for i in ray.get_gpu_ids()] if ray.is_initialized() else []
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
@@ -74,7 +76,8 @@ class TunerActor:
             gpu = f"cpu (Ray GPU {','.join(gpu_ids)})"   # a logical GPU without CUDA: still its own identity
         else:
             gpu = f"cpu (actor {self.slot})"
-        return {"node": f"{host} ({ip})" if ip else host, "gpu": gpu, "gpu_ids": gpu_ids,
+        where = ", ".join(p for p in (ip, f"node {node_id[:8]}" if node_id else "") if p)
+        return {"node": f"{host} ({where})" if where else host, "node_id": node_id, "gpu": gpu, "gpu_ids": gpu_ids,
                 "cuda": torch.cuda.is_available(), "pid": os.getpid(), "log_path": self.log_path,
                 "slot": self.slot}
 
@@ -82,7 +85,7 @@ class TunerActor:
         return dict(self._identity)
 
     def stats(self) -> dict:
-        return {"loads": self.loads, "pid": os.getpid(), "slot": self.slot,
+        return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "slot": self.slot,
                 "modules": sorted(self._modules), "built": sorted(k for _, k in self._built)}
 
     @staticmethod
@@ -124,6 +127,7 @@ class TunerActor:
     def baseline(self, name: str, box: list, intent: str, measure: dict) -> dict[int, dict]:
         module, samples, device = self._module(name, box, intent)
         logger.info("timing eager %s on %s", name, device)
+        self.baselines += 1
         timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
         return {bs: t.to_dict() for bs, t in timings.items()}
 

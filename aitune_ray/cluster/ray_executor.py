@@ -123,11 +123,12 @@ class _RayHandle(RunHandle):
             return
         self._cancelled = True
         self._queue.clear()
-        for task in self._inflight.values():
-            self._ex._emit(self._ctx, task.job, "done", CANCELLED, task.slot.identity(),
-                           time.monotonic() - task.dispatched)
-            self._ex.pool.replace(task.slot, "its work was cancelled", failure=False)
+        stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
         self._inflight.clear()
+        for task, _ in stopped:   # kill first: a progress callback below may raise (Ctrl-C)
+            self._ex.pool.replace(task.slot, "its work was cancelled", failure=False)
+        for task, where in stopped:
+            self._ex._emit(self._ctx, task.job, "done", CANCELLED, where, time.monotonic() - task.dispatched)
 
     # ----- internals ------------------------------------------------------------------------------
     def _dispatch(self) -> None:

@@ -56,6 +56,8 @@ class ModuleReport:
             row[f"throughput_bs{bs}"] = timing.throughput if timing else math.nan
             row[f"latency_ms_bs{bs}"] = timing.median_ms if timing else math.nan
             row[f"p90_ms_bs{bs}"] = timing.p90_ms if timing else math.nan
+            raw = (self.baseline if baseline else (r.timings if r else {})).get(bs)
+            row[f"raw_latency_ms_bs{bs}"] = raw["median_ms"] if raw else math.nan
         return row
 
     def dataframe(self):
@@ -77,7 +79,19 @@ class ModuleReport:
                              f"{_num(row[f'p90_ms_bs{bs}'])}")
             cells += [_num(row["build_s"]), (row["note"] or row["error"]).replace("|", "/").replace("\n", " ")[:160]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        return head + "\n".join(lines) + f"\n\nDecision: {self.decision}\n"
+        return head + "\n".join(lines) + self._remeasured_text() + f"\n\nDecision: {self.decision}\n"
+
+    def _remeasured_text(self) -> str:
+        """Finalists re-timed side by side on one GPU: the re-measured p50 ms, the raw one in brackets."""
+        if not self.remeasured_baseline:
+            return ""
+        parts = []
+        for row, r in zip(self.rows(), [None] + self.results):
+            if r is None or r.remeasured:
+                cells = [f"bs{bs} {_num(row[f'latency_ms_bs{bs}'])} ({_num(row[f'raw_latency_ms_bs{bs}'])})"
+                         for bs in self.call_mix]
+                parts.append(f"{row['backend']}: " + ", ".join(cells))
+        return "\n\nRe-measured side by side on one GPU, p50 ms (raw): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -1,0 +1,257 @@
+"""RayExecutor on CPU: fake GPUs on one node, and a two-node cluster, with user backends for faults."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+import aitune_ray as ait  # noqa: E402
+from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
+from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
+from aitune_ray.cluster import artifacts  # noqa: E402
+from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
+from aitune_ray.module import ModuleState  # noqa: E402
+from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
+from tests.ray_helpers import (  # noqa: E402
+    FastBackend,
+    HangingBackend,
+    HelperConfig,
+    OomBackend,
+    RaisingBackend,
+    SegfaultBackend,
+    SlowNet,
+    WeightsAotBackend,
+)
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+ROOT = str(Path(__file__).resolve().parent.parent)
+MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
+
+
+def recorded(name: str, strategy, sizes=(1, 4)) -> ait.Module:
+    module = ait.Module(SlowNet(), name=name, strategy=strategy)
+    with torch.no_grad():
+        for bs in sizes:
+            module(torch.randn(bs, 8))
+    return module
+
+
+def max_throughput(backends, **kwargs):
+    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE, **kwargs)
+
+
+def fast(**config) -> FastBackend:
+    return FastBackend(HelperConfig(**config))
+
+
+def ray_init(**kwargs):
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": ROOT}}, **kwargs)
+
+
+class TestOneNode:
+    """One Ray instance with two fake GPUs: two tuner actors, each with its own GPU identity."""
+
+    @pytest.fixture(scope="class")
+    def executor(self, tmp_path_factory):
+        ray_init(num_cpus=2, num_gpus=2)
+        ex = RayExecutor(task_timeout_s=6, remeasure_rounds=5, max_actor_restarts=5,
+                         log_dir=str(tmp_path_factory.mktemp("actor-logs")))
+        try:
+            ex.open()
+            yield ex
+        finally:
+            ex.close()
+            ray.shutdown()
+
+    def test_failures_become_results_and_the_survivor_wins(self, executor):
+        events = []
+        executor.progress = events.append
+        strategy = max_throughput([RaisingBackend(), SegfaultBackend(), HangingBackend(HelperConfig(build_s=120)),
+                                   OomBackend(), fast()])
+        module = recorded("faults", strategy)
+        started = time.monotonic()
+        try:
+            report = module.tune(executor=executor)
+        finally:
+            executor.progress = None
+        assert time.monotonic() - started < 90
+        by_backend = {r.backend: r for r in report.results}
+        expected = {"RaisingBackend": ERROR, "SegfaultBackend": CRASHED, "HangingBackend": TIMED_OUT,
+                    "OomBackend": OOM, "FastBackend": OK}
+        assert {b: r.status for b, r in by_backend.items()} == expected
+        for name, result in by_backend.items():
+            assert result.log_path and result.node and result.gpu, name
+            if result.status != OK:
+                assert result.error, name
+        assert "always fails to build" in by_backend["RaisingBackend"].error
+        assert "died" in by_backend["SegfaultBackend"].error
+        assert "Segmentation fault" in Path(by_backend["SegfaultBackend"].log_path).read_text()
+        assert "task_timeout_s" in by_backend["HangingBackend"].error
+        assert "out of memory" in by_backend["OomBackend"].error
+        assert report.chosen_result().backend == "FastBackend"
+        assert module.state == ModuleState.TUNED
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(module(x), module.module.linear(x))
+        assert len(executor.pool.alive()) == 2            # the dead and the killed actor were replaced
+        done = [e for e in events if e["event"] == "done"]
+        assert sorted(e["status"] for e in done) == sorted(expected.values())
+        assert all(set(e) == {"module", "key", "backend", "event", "status", "node", "gpu", "elapsed_s"}
+                   for e in events)
+
+    def test_module_and_samples_travel_once_per_module(self, executor):
+        before_puts = executor.puts
+        before = executor.actor_stats()
+        module = recorded("once", max_throughput([fast(tag=i) for i in range(5)]))
+        module.tune(executor=executor)
+        after = executor.actor_stats()
+        assert executor.puts - before_puts == 2            # the module and its samples, once
+        loads = sum(s["loads"] for s in after) - sum(s["loads"] for s in before)
+        assert 1 <= loads <= len(after)                    # at most one fetch per actor
+        assert sum(s["baselines"] for s in after) - sum(s["baselines"] for s in before) == 1
+        assert all("once" not in s["modules"] for s in after)   # discarded after the module was tuned
+
+    def test_inline_and_ray_choose_the_same_backend(self, executor):
+        def candidates():
+            return max_throughput([fast(infer_delay_s=0.002), fast()])
+
+        on_ray = recorded("same", candidates()).tune(executor=executor)
+        inline = recorded("same", candidates()).tune(executor=InlineExecutor())
+        assert on_ray.chosen == inline.chosen == fast().key()
+
+    def test_first_wins_follows_priority_and_cancels_the_rest(self, executor):
+        events = []
+        executor.progress = events.append
+        first, second, last = fast(build_s=2.0, tag=1), fast(tag=2), HangingBackend(HelperConfig(build_s=120))
+        strategy = ait.FirstWinsStrategy([first, second, last], measure_config=MEASURE)
+        started = time.monotonic()
+        try:
+            report = recorded("first", strategy).tune(executor=executor)
+        finally:
+            executor.progress = None
+        assert time.monotonic() - started < 60
+        assert [r.key for r in report.results] == [second.key(), first.key()]   # completion order
+        assert report.chosen == first.key()
+        cancelled = [e for e in events if e["key"] == last.key() and e["event"] == "done"]
+        assert [e["status"] for e in cancelled] == ["cancelled"]
+
+    def test_remeasure_when_finalists_ran_on_different_gpus(self, executor):
+        strategy = max_throughput([fast(tag=1), fast(tag=2)], remeasure_margin=100.0)
+        report = recorded("remeasure", strategy).tune(executor=executor)
+        assert len({r.gpu for r in report.results}) == 2
+        assert report.remeasured_baseline and set(report.remeasured_baseline) == {1, 4}
+        for r in report.results:
+            assert set(r.remeasured) == set(r.timings) == {1, 4}
+            assert r.remeasured[1]["runs"] == 5
+        data = report.to_dict()
+        assert all(r["timings"] and r["remeasured"] for r in data["results"])
+        rows = report.rows()
+        assert all(f"raw_latency_ms_bs{bs}" in row for row in rows for bs in (1, 4))
+        assert "Re-measured side by side" in report.markdown()
+
+    def test_no_remeasure_when_one_gpu_measured_everything(self, executor):
+        module = recorded("one-gpu", None)
+        context = TuneContext("one-gpu", module.module, module.samples, torch.device("cpu"))
+        same = [BuildResult(key=k, backend="FastBackend", spec=fast(tag=i).spec(), status=OK, node="n", gpu="g")
+                for i, k in enumerate("ab")]
+        assert executor.remeasure(context, same, {}) is None
+
+    def test_ctrl_c_cancels_outstanding_work(self, executor):
+        def interrupt(event):
+            if event["event"] == "done":
+                raise KeyboardInterrupt
+
+        generations = [s.generation for s in executor.pool.slots]
+        executor.progress = interrupt
+        module = recorded("interrupted", max_throughput([fast(), HangingBackend(HelperConfig(build_s=120))]))
+        started = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                module.tune(executor=executor)
+        finally:
+            executor.progress = None
+        assert time.monotonic() - started < 60
+        assert module.state == ModuleState.EAGER
+        assert sum(s.generation for s in executor.pool.slots) == sum(generations) + 1   # the hung actor was killed
+
+    def test_device_resolution_uses_the_cluster(self, executor):
+        assert executor.resolve_device(None).type == "cuda"     # the cluster has (fake) GPUs
+        assert executor.resolve_device("cuda:1") == torch.device("cuda")
+        assert executor.resolve_device("cpu") == torch.device("cpu")
+
+
+def test_default_executor_is_ray_in_local_mode(monkeypatch):
+    from aitune_ray.tuning import default_executor
+
+    monkeypatch.delenv("AITUNE_RAY_EXECUTOR", raising=False)
+    executor = default_executor()
+    assert isinstance(executor, RayExecutor) and executor.address is None and executor.pool is None
+    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
+    assert isinstance(default_executor(), InlineExecutor)
+
+
+def test_artifacts_go_inline_or_through_the_artifact_dir(tmp_path):
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"x" * 10)
+    big.write_bytes(b"y" * 100)
+    shared = tmp_path / "shared"
+    packed, large = artifacts.pack({"small.bin": str(small), "big.bin": str(big)}, limit_bytes=50,
+                                   artifact_dir=str(shared), prefix="m/key")
+    assert packed["small.bin"] == b"x" * 10 and not large
+    assert Path(packed["big.bin"]) == shared / "m" / "key" / "big.bin"
+    packed, large = artifacts.pack({"big.bin": str(big)}, limit_bytes=50, artifact_dir=None, prefix="m/key")
+    assert packed == {} and large == {"big.bin": big}
+    stored = artifacts.store({"small.bin": b"x" * 10, "big.bin": str(shared / "m" / "key" / "big.bin")},
+                             tmp_path / "driver")
+    files = artifacts.fetch(stored, tmp_path / "restore")
+    assert files["small.bin"].read_bytes() == b"x" * 10 and files["big.bin"].read_bytes() == b"y" * 100
+    with pytest.raises(ait.AITuneRayError):
+        artifacts.pack({"../evil": str(small)}, limit_bytes=50, artifact_dir=None, prefix="p")
+
+
+def test_artifacts_built_on_another_node_reach_the_checkpoint(tmp_path):
+    """Two nodes with one (fake) GPU each; artifacts come back through the object store, never the disk."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1,
+                                                            "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1, num_gpus=1)
+        cluster.wait_for_nodes()
+        ray_init(address=cluster.address)
+        head = ray.get_runtime_context().get_node_id()
+        onnx = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False))
+        strategy = max_throughput([onnx, WeightsAotBackend()], remeasure_margin=100.0)
+        strategy.enable_performance_validation(False)
+        module = recorded("two-nodes", strategy)
+        with RayExecutor(inline_artifact_limit_mb=0, remeasure_rounds=3, task_timeout_s=120,
+                         log_dir=str(tmp_path / "logs")) as executor:
+            report = module.tune(executor=executor)
+            assert all(r.ok for r in report.results), report.markdown()
+            node_ids = {r.node.rpartition("node ")[2].rstrip(")") for r in report.results}
+            assert len(node_ids) == 2 and any(not head.startswith(n) for n in node_ids)
+            assert all(r.remeasured for r in report.results)        # two nodes: re-measured on one of them
+            x = torch.randn(4, 8)
+            expected = module.module.linear(x)
+            context = TuneContext("two-nodes", module.module, module.samples, torch.device("cpu"),
+                                  workdir=tmp_path / "materialize")
+            for result in report.results:                            # each node's artifact, one at a time
+                (name, path), = result.artifacts.items()
+                assert Path(path).is_file() and Path(path).parent.parent.name == "artifacts"   # driver's copy
+                module.use_backend(executor.materialize(context, result))
+                target = tmp_path / f"{result.backend}.ait"
+                ait.save(module, target)
+                fresh = ait.Module(SlowNet(), name="two-nodes")
+                ait.load(fresh, target)
+                assert fresh.backend is not None and fresh.backend.name == result.backend
+                torch.testing.assert_close(fresh(x), expected, rtol=1e-4, atol=1e-5)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
