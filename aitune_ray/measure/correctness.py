@@ -85,6 +85,8 @@ def _walk(out: Any, ref: Any, path: str, pairs: list):
             raise _Mismatch(f"output{path}: expected keys {sorted(map(str, ref))}, got {_shape_word(out)}")
         for k in ref:
             _walk(out[k], ref[k], f"{path}[{k!r}]", pairs)
+    elif isinstance(out, (torch.Tensor, tuple, list, dict)):
+        raise _Mismatch(f"output{path}: expected the plain value {ref!r}, got {_shape_word(out)}")
     elif out != ref:
         raise _Mismatch(f"output{path}: value {out!r} differs from eager {ref!r}")
 
@@ -94,6 +96,8 @@ def _shape_word(obj: Any) -> str:
         return f"keys {sorted(map(str, obj))}"
     if isinstance(obj, (tuple, list)):
         return f"a sequence of {len(obj)}"
+    if isinstance(obj, torch.Tensor):
+        return f"a tensor of shape {tuple(obj.shape)}"
     return type(obj).__name__
 
 
