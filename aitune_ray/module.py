@@ -66,6 +66,9 @@ class Module(nn.Module):
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        stack = getattr(_sessions, "stack", None)
+        if stack and self not in stack[-1]:
+            stack[-1].append(self)
         if self.state == ModuleState.TUNED:
             return self.backend.infer(*args, **kwargs)
         if self.state == ModuleState.RECORDING:
@@ -73,9 +76,6 @@ class Module(nn.Module):
         return self.module(*args, **kwargs)
 
     def _record(self, args: tuple, kwargs: dict) -> Any:
-        stack = getattr(_sessions, "stack", None)
-        if stack and self not in stack[-1]:
-            stack[-1].append(self)
         self.samples.calls_seen += 1
         if len(self.samples) >= self.max_samples:
             return self.module(*args, **kwargs)

@@ -77,6 +77,8 @@ def tune_modules(modules: Iterable[Module], device=None, executor: Executor | No
     own = executor is None
     executor = executor or default_executor()
     report = TuningReport()
+    modules = list(modules)
+    _unique_names(modules)
     executor.open()
     try:
         dev = executor.resolve_device(device)
@@ -106,6 +108,19 @@ def _devices_are_local(executor: Executor | None) -> bool:
     if executor is not None:
         return type(executor).resolve_device is Executor.resolve_device
     return not os.environ.get("RAY_ADDRESS")
+
+
+def _unique_names(modules: list[Module]) -> None:
+    """Reports, executors and checkpoints key modules by name: give clashing names a numeric suffix."""
+    seen: dict[str, int] = {}
+    for module in modules:
+        count = seen.get(module.name, 0)
+        seen[module.name] = count + 1
+        if count:
+            new = f"{module.name}_{count}"
+            logger.warning("two wrapped modules are named %r; the second is tuned as %r (pass name= to "
+                           "aitune_ray.Module to choose)", module.name, new)
+            module.name = new
 
 
 def _call(func: Callable, item: Any) -> None:
@@ -139,6 +154,9 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
     if items == 0:
         raise DatasetError("the dataset is empty: tune() needs at least one item to record real inputs")
     modules = [m for m in reached if m.state == ModuleState.RECORDING]
+    if reached and not modules:
+        raise RecordingError(f"every module the function called ({', '.join(m.name for m in reached)}) is already "
+                             "tuned; call module.record() on those to record and tune them again")
     if not modules:
         raise RecordingError("no aitune_ray.Module was called by the function: wrap the modules to tune "
                              "with aitune_ray.Module(...)")
