@@ -81,5 +81,6 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
         result.exception = exc  # driver-local only; never serialized
         return result, None
     finally:
+        result.total_s = time.perf_counter() - started
         if device.type == "cuda" and result.status != OK:
             torch.cuda.empty_cache()

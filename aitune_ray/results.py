@@ -43,6 +43,7 @@ class BuildResult:
     error: str = ""
     error_type: str = ""
     build_s: float = 0.0
+    total_s: float = 0.0              # build, correctness check and profile together
     correctness: dict | None = None                     # CorrectnessReport.to_dict()
     timings: dict[int, dict] = dataclasses.field(default_factory=dict)   # batch size -> Timing.to_dict()
     device: str = ""
