@@ -181,7 +181,7 @@ class TestOneNode:
         assert sum(s.generation for s in executor.pool.slots) == sum(generations) + 1   # the hung actor was killed
 
     def test_device_resolution_uses_the_cluster(self, executor):
-        assert executor.resolve_device(None).type == "cuda"     # the cluster has (fake) GPUs
+        assert executor.resolve_device(None).type == "cpu"      # logical GPUs, but no CUDA in the actors
         assert executor.resolve_device("cuda:1") == torch.device("cuda")
         assert executor.resolve_device("cpu") == torch.device("cpu")
 

@@ -47,8 +47,10 @@ _DEATH = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.e
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, ray.exceptions.OutOfMemoryError):
         return True
+    # Ray's memory monitor kills the worker with a message saying so; the generic "worker died" text only
+    # lists the OOM killer among possible causes, which is not evidence.
     text = str(exc).lower()
-    return "memory monitor" in text or "out of memory" in text or "outofmemory" in text
+    return any(s in text for s in ("memory monitor", "out of memory", "low on memory", "outofmemory"))
 
 
 def _short(text: str, limit: int = 400) -> str:
@@ -300,11 +302,15 @@ class RayExecutor(Executor):
         self._own_ray = False
 
     def resolve_device(self, device) -> torch.device:
-        """cpu or cuda, judged by the cluster's GPUs rather than this machine's. A cuda index is dropped:
-        each actor uses its own GPU."""
+        """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
+        has GPUs and the actors see CUDA (logical GPUs without CUDA, as in CPU tests, mean cpu). A cuda
+        index is dropped: each actor uses its own GPU."""
         self.open()
         gpus = ray.cluster_resources().get("GPU", 0.0)
         if device is None:
+            if gpus > 0 and not self._actors_have_cuda():
+                logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
+                return torch.device("cpu")
             return torch.device("cuda" if gpus > 0 else "cpu")
         try:
             dev = torch.device(device)
@@ -319,6 +325,17 @@ class RayExecutor(Executor):
         if dev.index is not None:
             logger.info("device %s: on Ray every actor uses its own GPU; the index is ignored", dev)
         return torch.device("cuda")
+
+    def _actors_have_cuda(self, timeout_s: float = 300.0) -> bool:
+        """Whether the first actor to start sees a CUDA device (True when none answers in time)."""
+        refs = [s.ready_ref for s in self.pool.alive() if s.ready_ref is not None]
+        if not refs:
+            return True
+        done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        try:
+            return bool(ray.get(done[0]).get("cuda")) if done else True
+        except ray.exceptions.RayError:
+            return True
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
