@@ -1,0 +1,1 @@
+"""A stack of pre-norm residual MLP blocks, tuned as one module."""
