@@ -213,6 +213,10 @@ def test_artifacts_go_inline_or_through_the_artifact_dir(tmp_path):
     assert files["small.bin"].read_bytes() == b"x" * 10 and files["big.bin"].read_bytes() == b"y" * 100
     with pytest.raises(ait.AITuneRayError):
         artifacts.pack({"../evil": str(small)}, limit_bytes=50, artifact_dir=None, prefix="p")
+    pytest.importorskip("fsspec")
+    packed, _ = artifacts.pack({"big.bin": str(big)}, limit_bytes=50, artifact_dir="memory://ait", prefix="m/k")
+    assert packed["big.bin"] == "memory://ait/m/k/big.bin"
+    assert artifacts.fetch(packed, tmp_path / "url")["big.bin"].read_bytes() == b"y" * 100
 
 
 def test_artifacts_built_on_another_node_reach_the_checkpoint(tmp_path):
@@ -255,3 +259,39 @@ def test_artifacts_built_on_another_node_reach_the_checkpoint(tmp_path):
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a driver without CUDA")
+def test_a_cuda_result_on_a_driver_without_cuda_is_saved_as_is(tmp_path):
+    """The chosen backend ran on a GPU worker: the driver keeps spec, state and artifact for the checkpoint."""
+    module = recorded("gpu-built", None)
+    backend = WeightsAotBackend().build(module.module, module.samples, torch.device("cpu"), tmp_path / "build")
+    state, files = backend.export()
+    result = BuildResult(key=backend.key(), backend=backend.name, spec=backend.spec(), status=OK, device="cuda",
+                         gpu="NVIDIA H200 #3", node="gpu-node", state=state,
+                         artifacts={name: path.read_bytes() for name, path in files.items()})
+    context = TuneContext("gpu-built", module.module, module.samples, torch.device("cuda"),
+                          workdir=tmp_path / "driver")
+    detached = RayExecutor().materialize(context, result)
+    assert detached.name == "WeightsAotBackend" and detached.spec() == backend.spec()
+    module.use_backend(detached)
+    with pytest.raises(ait.AITuneRayError, match="no CUDA GPU"):
+        module(torch.randn(2, 8))
+    ait.save(module, tmp_path / "gpu.ait")
+    fresh = ait.Module(SlowNet(), name="gpu-built")
+    ait.load(fresh, tmp_path / "gpu.ait", device_map={"": "cpu"})
+    x = torch.randn(2, 8)
+    assert fresh.backend.name == "WeightsAotBackend"
+    torch.testing.assert_close(fresh(x), module.module.linear(x))
+
+
+def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
+    monkeypatch.delenv("AITUNE_RAY_EXECUTOR", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not ray.is_initialized()
+    module = ait.Module(SlowNet(), name="local", strategy=max_throughput([fast()]))
+    report = ait.tune(module, [torch.randn(4, 8) for _ in range(2)])
+    assert not ray.is_initialized()                        # the executor started Ray, so it stopped it
+    (result,) = report.modules[0].results
+    assert result.ok and (torch.cuda.is_available() or "actor 0" in result.gpu)   # no GPU here: a CPU actor
+    assert report.modules[0].chosen == result.key and module.state == ModuleState.TUNED
