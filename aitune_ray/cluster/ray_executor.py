@@ -210,9 +210,10 @@ class _RayHandle(RunHandle):
 
     def _failed(self, task: _Task, status: str, error: str, error_type: str) -> BuildResult:
         info = task.slot.identity()
+        device = "cuda" if self._ex._intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
         return BuildResult(key=task.job.key, backend=_backend_name(task.job), spec=task.job.spec, status=status,
                            error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
-                           device=self._ex._intent(self._ctx), node=info.get("node", ""), gpu=info.get("gpu", ""),
+                           device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
                            log_path=info.get("log_path") or task.slot.log_path)
 
 
