@@ -1,6 +1,7 @@
 """Backends, each with its Config dataclass. Optional libraries are imported only when a backend builds."""
 
 from aitune_ray.backend.backend import Backend, BackendConfig, BackendState
+from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend, KernelSelectorBackendConfig
 from aitune_ray.backend.onnx_runtime import ONNXExecutionProvider, ONNXRuntimeBackend, ONNXRuntimeBackendConfig
 from aitune_ray.backend.torch_eager import TorchEagerBackend, TorchEagerBackendConfig
 from aitune_ray.backend.torch_inductor_aot import TorchInductorAotBackend, TorchInductorAotBackendConfig
@@ -8,7 +9,7 @@ from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend, Torch
 from aitune_ray.backend.torchao_backend import TorchAOBackend, TorchAOBackendConfig
 
 __all__ = [
-    "Backend", "BackendConfig", "BackendState",
+    "Backend", "BackendConfig", "BackendState", "KernelSelectorBackend", "KernelSelectorBackendConfig",
     "ONNXExecutionProvider", "ONNXRuntimeBackend", "ONNXRuntimeBackendConfig",
     "TorchAOBackend", "TorchAOBackendConfig",
     "TorchEagerBackend", "TorchEagerBackendConfig",

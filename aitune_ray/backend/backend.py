@@ -139,7 +139,11 @@ class Backend(ABC):
 
     @staticmethod
     def from_spec(spec: dict) -> "Backend":
-        cls = import_class(spec["type"], Backend)
+        return import_class(spec["type"], Backend)._from_spec(spec)
+
+    @classmethod
+    def _from_spec(cls, spec: dict) -> "Backend":
+        """Recreate from spec(); a backend whose spec() holds more than its config overrides both."""
         return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
 
     # ----- lifecycle ------------------------------------------------------------------
