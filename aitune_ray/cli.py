@@ -65,9 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_JOB
-    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    return tune_command(args)
+    # Library logs go to stderr (warnings by default, -v for more); progress and results go to stdout.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG))
+    try:
+        return tune_command(args)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
 
 
 def tune_command(args: argparse.Namespace) -> int:
