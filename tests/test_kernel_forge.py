@@ -400,6 +400,22 @@ def test_plan_works_under_torch_compile_and_torch_export():
     assert torch.allclose(compiled(x), model.fc(F.gelu(model.norm(x))), atol=1e-6)  # guards see the change
 
 
+@pytest.mark.parametrize("backend,op", [("math", "aten._scaled_dot_product_attention_math.default"),
+                                        ("flash", "aten._scaled_dot_product_flash_attention_for_cpu.default")])
+def test_torch_sdpa_provider_pins_its_backend_into_exported_programs(backend, op):
+    model, xs = ForgeBlock().eval(), block_samples()
+    _, data = ModuleFunctionKernelProfiler({"scaled_dot_product_attention"}).profile(model, xs, warmup_iterations=0)
+    provider = TorchSDPAKernelProvider(backend)
+    assert provider.prepare([s for _, s in data["scaled_dot_product_attention"]]) and provider.pin_op
+    again = KernelOptimizationPlan.from_dict(json.loads(json.dumps(KernelOptimizationPlan((provider,)).to_dict())))
+    expected = model(xs[0])
+    with again.apply(model):
+        program = torch.export.export(model, (xs[0],))
+    targets = {str(n.target) for n in program.graph.nodes if "attention" in str(n.target)}
+    assert targets == {op}
+    assert torch.allclose(program.module()(xs[0]), expected, atol=1e-5)
+
+
 # ----- KernelSelectorBackend ----------------------------------------------------------------------------------
 
 def selector_config(*providers, **kwargs) -> KernelSelectorBackendConfig:
