@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import types
 
@@ -22,8 +21,9 @@ from aitune_ray.backend import (Backend, KernelSelectorBackend, KernelSelectorBa
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge import (FlashAttention2KernelProvider, FlashAttention4KernelProvider, FunctionSample,
                                      InductorKernelGenerator, KernelOptimizationPlan, KernelOptimizer,
-                                     KernelProvider, ModuleFunctionKernelProfiler, SageAttentionKernelProvider,
-                                     TorchSDPAKernelProvider, benchmark_mix, benchmark_provider, run_generator)
+                                     KernelProvider, ModuleFunctionKernelProfiler, ProviderBenchmark,
+                                     SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_mix,
+                                     benchmark_provider, run_generator)
 from aitune_ray.kernel_forge.evaluate import reference_outputs, validate
 from aitune_ray.kernel_forge.kernel_provider import attention, flash_attention2, flash_attention4, sage_attention
 from aitune_ray.measure.timing import MeasureConfig
@@ -177,6 +177,29 @@ def test_faster_kept_slower_dropped_wrong_rejected_raising_dropped():
     assert records[("gelu", "test gelu unsupported")]["status"] == "unsupported"
     assert records[("gelu", "original F.gelu")]["source"] == "original"
     json.dumps(plan.to_dict())  # every record is plain data
+
+
+class PlainDataOptimizer(KernelOptimizer):
+    """Runs every benchmark as another process would: JSON in, JSON out, no live provider back."""
+
+    def run_benchmarks(self, jobs, searches):
+        for job in jobs:
+            spec = job.provider if isinstance(job.provider, dict) else job.provider.to_dict()
+            record = benchmark_provider(job.function, json.loads(json.dumps(spec)), searches[job.function].data,
+                                        measure_config=self.measure, source=job.source)
+            yield ProviderBenchmark.from_dict(json.loads(json.dumps(record.to_dict())))
+
+
+def test_optimizer_decides_on_plain_data_records():
+    opt = PlainDataOptimizer([TestGeluProvider("slow"), TestGeluProvider("cached"), TestGeluProvider("negated")],
+                             [QuickGelu("exact")], generator_min_time_share_percent=0.0, measure=FAST,
+                             final_rounds=5, warmup_iterations=0)
+    plan = opt.make_plan(GeluNorm(), gelu_norm_samples())
+    assert plan.functions == {"gelu": "test gelu cached"}
+    assert KernelOptimizationPlan.from_dict(plan.to_dict()).providers[0].behavior == "cached"
+    statuses = {(r["source"], r["description"]): r["status"] for r in plan.results}
+    assert statuses[("provider", "test gelu negated")] == "rejected"
+    assert statuses[("generator:QuickGelu", "test gelu exact")] == "ok"
 
 
 def test_tolerance_is_per_provider_and_configurable():

@@ -19,11 +19,8 @@ import dataclasses
 import logging
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from typing import TYPE_CHECKING
-if TYPE_CHECKING:
-    import pandas as pd
 import torch.nn.functional as F
 from torch import nn
 
@@ -37,6 +34,9 @@ from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.kernel_forge.records import ERROR, OK, TIMED_OUT, UNSUPPORTED, GenerationOutcome, ProviderBenchmark
 from aitune_ray.measure.timing import MeasureConfig, measure_interleaved
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ class FunctionSearch:
     @property
     def unique(self) -> list:
         return [s for _, s in self.data]
+
+
+@dataclasses.dataclass
+class BenchmarkJob:
+    """One (function, provider) pair to benchmark: the provider's to_dict(), or a live generated one."""
+
+    function: str
+    provider: dict | KernelProvider
+    source: str
 
 
 @dataclasses.dataclass
@@ -185,24 +194,35 @@ class KernelOptimizer:
         return tasks
 
     def _benchmark_providers(self, searches: dict[str, FunctionSearch], functions: list[str]) -> None:
+        jobs: list[BenchmarkJob] = []
         for fn in functions:
-            search = searches[fn]
             for provider in [p for p in self.kernel_providers if p.supported_function == fn]:
                 try:
-                    spec: dict | KernelProvider = provider.to_dict()
+                    jobs.append(BenchmarkJob(fn, provider.to_dict(), "provider"))
                 except Exception as exc:  # noqa: BLE001 - the provider's own serialization bug
-                    search.records.append(ProviderBenchmark(fn, repr(provider), ERROR, error=(
+                    searches[fn].records.append(ProviderBenchmark(fn, repr(provider), ERROR, error=(
                         f"to_dict failed: {type(exc).__name__}: {exc}")))
-                    continue
-                self._evaluate(search, spec, "provider")
+        self._take(searches, self.run_benchmarks(jobs, searches))
 
-    def _evaluate(self, search: FunctionSearch, provider: dict | KernelProvider, source: str) -> None:
-        record = benchmark_provider(search.function, provider, search.data, references=search.references,
-                                    tolerance=self.tolerance, measure_config=self.measure, source=source)
-        search.records.append(record)
-        level = logging.INFO if record.ok else logging.WARNING if record.status == ERROR else logging.INFO
-        logger.log(level, "%s for %s: %s%s", record.description, search.function, record.status,
-                   f" ({record.error})" if record.error else f", {record.median_ms:.4g} ms")
+    def run_benchmarks(self, jobs: list[BenchmarkJob], searches: dict[str, FunctionSearch]) -> Iterable[ProviderBenchmark]:
+        """Benchmark each (function, provider) job on its function's samples; records in any order.
+
+        Here: one after another in this process. An executor that spreads the jobs over devices
+        overrides this: a job's provider is its to_dict() (a live provider only for generated ones,
+        which have to_dict() too), the samples and references are tensors, and the records are plain
+        data (their ``live`` provider is then rebuilt from ``provider`` for the side-by-side check).
+        """
+        for job in jobs:
+            search = searches[job.function]
+            yield benchmark_provider(job.function, job.provider, search.data, references=search.references,
+                                     tolerance=self.tolerance, measure_config=self.measure, source=job.source)
+
+    def _take(self, searches: dict[str, FunctionSearch], records: Iterable[ProviderBenchmark]) -> None:
+        for record in records:
+            searches[record.function].records.append(record)
+            level = logging.WARNING if record.status == ERROR else logging.INFO
+            logger.log(level, "%s for %s: %s%s", record.description, record.function, record.status,
+                       f" ({record.error})" if record.error else f", {record.median_ms:.4g} ms")
 
     def _collect_generated(self, searches: dict[str, FunctionSearch], tasks: list[_Task]) -> None:
         pending = {task.future: task for task in tasks}
@@ -240,7 +260,9 @@ class KernelOptimizer:
                                                     error=outcome.error, seconds=seconds))
             logger.warning("%s produced no candidate for %s: %s", task.generator, task.function, outcome.error)
             return
-        self._evaluate(search, outcome.live, f"generator:{task.generator}")
+        self._take({search.function: search},
+                   self.run_benchmarks([BenchmarkJob(task.function, outcome.live, f"generator:{task.generator}")],
+                                       {search.function: search}))
 
     def _generation_failed(self, search: FunctionSearch, generator: str, status: str, error: str,
                            seconds: float = 0.0) -> None:
@@ -261,8 +283,20 @@ class KernelOptimizer:
             return None
         for record in valid:
             record.speedup = original.median_ms / record.median_ms if record.median_ms else None
-        if self.final_rounds > 0 and all(r.live is not None for r in valid):
-            self._side_by_side(search, original, valid)
+        if self.final_rounds > 0:
+            for record in [r for r in valid if r.live is None]:  # a record from another process
+                try:
+                    record.live = kernel_provider_from_dict(record.provider)
+                except Exception as exc:  # noqa: BLE001
+                    record.status, record.error = ERROR, f"cannot be recreated here: {type(exc).__name__}: {exc}"
+                    valid.remove(record)
+            if not valid:
+                return None
+            try:
+                self._side_by_side(search, original, valid)
+            except Exception as exc:  # noqa: BLE001 - keep the separate medians
+                logger.warning("side-by-side timing of %s failed (%s: %s); deciding on separate medians",
+                               search.function, type(exc).__name__, exc)
         best = max(valid, key=lambda r: r.speedup or 0.0)
         if (best.speedup or 0.0) <= 1.0:
             logger.info("no candidate beats the original %s (best: %s, %.2fx)", search.function, best.description,

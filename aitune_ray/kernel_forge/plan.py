@@ -15,11 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from typing import TYPE_CHECKING
-if TYPE_CHECKING:
-    import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,6 +24,9 @@ from torch.overrides import TorchFunctionMode
 
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PLAN_VERSION = 1
 

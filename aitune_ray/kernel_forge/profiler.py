@@ -15,11 +15,8 @@ import inspect
 import itertools
 import logging
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from typing import TYPE_CHECKING
-if TYPE_CHECKING:
-    import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,6 +25,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from aitune_ray.kernel_forge.function_samples import FunctionData, keep_sample, sample_key, tensor_bytes
 from aitune_ray.samples import tensors_of
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
