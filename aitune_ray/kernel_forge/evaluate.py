@@ -19,14 +19,14 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from aitune_ray.candidate import gpu_identity
+from aitune_ray.candidate import gpu_identity, is_oom
 from aitune_ray.kernel_forge.function_samples import (
     FunctionData, FunctionSample, as_function_data, benchmark_mix, device_of, fresh_copy)
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import (
     KernelGenerationResult, KernelGenerator, kernel_generator_from_dict)
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
 from aitune_ray.kernel_forge.records import (
-    ERROR, OK, ORIGINAL, REJECTED, TIMED_OUT, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
+    ERROR, OK, OOM, ORIGINAL, REJECTED, TIMED_OUT, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
 from aitune_ray.measure.correctness import CorrectnessReport, compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, Timing, measure
 from aitune_ray.samples import tensors_of
@@ -138,8 +138,11 @@ def benchmark_provider(function: str, provider: dict | KernelProvider, samples: 
         record.status, record.live = OK, live
         return record
     except Exception as exc:  # noqa: BLE001 - a provider may raise anything; it is this candidate's result
-        record.status, record.error = ERROR, f"{stage} failed: {type(exc).__name__}: {exc}"
+        record.status = OOM if is_oom(exc) else ERROR
+        record.error = f"{stage} failed: {type(exc).__name__}: {exc}"
         logger.debug("%s", traceback.format_exc())
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         return record
     finally:
         record.seconds = time.perf_counter() - started

@@ -95,8 +95,12 @@ class KernelOptimizer:
     """Finds, per profiled torch.nn.functional function, the fastest valid replacement.
 
     tolerance: one relative L2 bound for every candidate (None: each provider's own, by dtype).
-    measure: how each candidate's call mix is timed. final_rounds: side-by-side rounds of the winner
-    against the original (0: decide on the separate medians).
+    measure: how each candidate's call mix is timed. final_rounds: rounds of the closing side-by-side
+    timing of the original and every valid candidate (0: decide on the separate medians).
+    warmup_iterations: unprofiled passes over the data first. kernel_profiler_factory: makes the
+    profiler, given function_names.
+    After make_plan: summary (the profile per function), records (every candidate) and outcomes
+    (every generation).
     """
 
     def __init__(self, kernel_providers: KernelProvider | list[KernelProvider] | None = None,
@@ -104,7 +108,7 @@ class KernelOptimizer:
                  provider_min_time_share_percent: float = 0.0, generator_min_time_share_percent: float = 10.0,
                  generation_timeout: float = DEFAULT_GENERATION_TIMEOUT, *, tolerance: float | None = None,
                  measure: MeasureConfig | None = None, final_rounds: int = 20, warmup_iterations: int = 2,
-                 profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler):
+                 kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler):
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider)
         self.kernel_generators: list[KernelGenerator] = _as_list(kernel_generators, KernelGenerator)
         self.provider_min_time_share_percent = check_percent(provider_min_time_share_percent,
@@ -118,7 +122,7 @@ class KernelOptimizer:
         self.measure = measure or KERNEL_MEASURE
         self.final_rounds = int(final_rounds)
         self.warmup_iterations = warmup_iterations
-        self.profiler_factory = profiler_factory
+        self.kernel_profiler_factory = kernel_profiler_factory
         self.summary: pd.DataFrame | None = None
         self.records: list[ProviderBenchmark] = []
         self.outcomes: list[GenerationOutcome] = []
@@ -153,7 +157,7 @@ class KernelOptimizer:
         if not self.kernel_providers and not self.kernel_generators:
             logger.info("no kernel providers or generators: empty kernel plan")
             return KernelOptimizationPlan()
-        profiler = self.profiler_factory(function_names=self.supported_functions())
+        profiler = self.kernel_profiler_factory(function_names=self.supported_functions())
         frame, function_data = profiler.profile(function, data, module=module,
                                                 warmup_iterations=self.warmup_iterations)
         self.summary = profiler.describe_results(frame, function_data, SUMMARY_LIMIT)
@@ -204,7 +208,8 @@ class KernelOptimizer:
                         f"to_dict failed: {type(exc).__name__}: {exc}")))
         self._take(searches, self.run_benchmarks(jobs, searches))
 
-    def run_benchmarks(self, jobs: list[BenchmarkJob], searches: dict[str, FunctionSearch]) -> Iterable[ProviderBenchmark]:
+    def run_benchmarks(self, jobs: list[BenchmarkJob],
+                       searches: dict[str, FunctionSearch]) -> Iterable[ProviderBenchmark]:
         """Benchmark each (function, provider) job on its function's samples; records in any order.
 
         Here: one after another in this process. An executor that spreads the jobs over devices
