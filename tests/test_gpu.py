@@ -73,9 +73,14 @@ def test_onnxruntime_cuda_provider_never_falls_back_to_cpu():
     if "CUDAExecutionProvider" in ort.get_available_providers():
         wrapped, report, _ = tuned(model, backend, dtype=torch.float32)
         assert report.modules[0].results[0].status == "ok"
-    else:
+    else:  # tune() keeps a failed module eager and reports why; Module.tune() raises the backend's error
+        _, report, _ = tuned(model, backend, dtype=torch.float32)
+        assert "CUDAExecutionProvider" in report.failures["m"]
+        assert report.modules[0].results[0].status == "error"
+        wrapped = ait.Module(model, "m2", strategy=ait.OneBackendStrategy(backend))
+        wrapped(torch.randn(4, 1024, device="cuda"))
         with pytest.raises(BuildError, match="CUDAExecutionProvider"):
-            tuned(model, backend, dtype=torch.float32)
+            wrapped.tune(device="cuda", executor=ait.InlineExecutor())
 
 
 def test_aot_inductor_build_in_a_child_process_reports_its_fate():
