@@ -8,6 +8,8 @@ and samples, which arrive once per module as object references and are cached he
 from __future__ import annotations
 
 import faulthandler
+import importlib
+import importlib.util
 import itertools
 import logging
 import os
@@ -15,6 +17,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,15 @@ from aitune_ray.measure.timing import MeasureConfig, measure_interleaved, profil
 from aitune_ray.results import ERROR, CandidateJob
 
 logger = logging.getLogger(__name__)
+
+
+def _node_gpus() -> float:
+    """GPUs on this actor's node, from Ray's view of the cluster (0 when unknown)."""
+    try:
+        node_id = ray.get_runtime_context().get_node_id()
+        return next(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id)
+    except Exception:  # outside Ray, or the node list is unavailable
+        return 0.0
 
 
 def _plain_name(name: str) -> str:
@@ -58,6 +70,28 @@ class TunerActor:
         self.baselines = 0
         self._identity = self._describe()
         logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
+        if torch.cuda.is_available():
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Pay the one-time costs (CUDA context, Inductor's compile workers, Triton) before the first task,
+        while the driver is still recording and timing eager, and share the node's CPUs between the actors'
+        compile workers instead of each starting one per core."""
+        started = time.perf_counter()
+        import torch._inductor.config as inductor_config
+
+        per_node = max(1, int(_node_gpus() or torch.cuda.device_count()))
+        inductor_config.compile_threads = max(2, (os.cpu_count() or 2) // per_node)
+        try:
+            compiled = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
+            compiled(torch.randn(64, 64, device="cuda"))
+            torch.cuda.synchronize()
+            if importlib.util.find_spec("torchao") is not None:
+                importlib.import_module("torchao.quantization")
+        except Exception as exc:  # a warm-up failure is only a lost head start
+            logger.warning("warm-up failed: %s", exc)
+        logger.info("warm-up took %.1f s (compile threads %d)", time.perf_counter() - started,
+                    inductor_config.compile_threads)
 
     # ----- identity -----------------------------------------------------------------------------
     def _describe(self) -> dict:
