@@ -63,7 +63,11 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
     context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config)
     logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
                 len(samples), samples.batch_sizes())
-    report = strategy.tune(context, executor)
+    try:
+        report = strategy.tune(context, executor)
+    except Exception:
+        module.report = context.report
+        raise
     module.report = report
     chosen = report.chosen_result()
     module.use_backend(executor.materialize(context, chosen) if chosen else None)

@@ -192,7 +192,10 @@ def test_a_failing_module_stays_eager_and_tuning_goes_on():
     assert "Stayed eager" in report.markdown()
     # The next module was still tuned.
     assert pipe.head.state == ait.ModuleState.TUNED
-    assert [m.module for m in report.modules] == ["head"]
+    # The failed module keeps its report row: the candidate, its status and its error.
+    assert [m.module for m in report.modules] == ["encoder", "head"]
+    failed = report.modules[0].results[0]
+    assert failed.status == "error" and "HelperBuildFailure" in failed.error
     x = torch.randn(2, 3)
     assert torch.allclose(pipe(x), (x * 2 + 1) * 3)
 

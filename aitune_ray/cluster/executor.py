@@ -6,7 +6,7 @@ import dataclasses
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ class TuneContext:
     device: torch.device
     workdir: Path = dataclasses.field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="aitune-ray-")))
     measure: MeasureConfig = dataclasses.field(default_factory=MeasureConfig)
+    report: Any = None    # the strategy's ModuleReport, kept here so a failed tuning still reports
 
 
 class RunHandle(ABC):

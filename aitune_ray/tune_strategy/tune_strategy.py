@@ -73,6 +73,7 @@ class TuneStrategy(ABC):
         report = ModuleReport(module=context.name, strategy=self.name, device=str(context.device),
                               call_mix=context.samples.call_mix(),
                               baseline={bs: t.to_dict() for bs, t in baseline.items()})
+        context.report = report
         handle = executor.submit(context, self.jobs())
         try:
             self._decide(context, executor, handle, baseline, report)
