@@ -3,7 +3,7 @@
     python benchmarks/backends.py --model encoder --device cuda --out report.md
     python benchmarks/backends.py --model mlp --device cpu --backends jit,onnx
 
-Backends: jit, jit-max (max-autotune-no-cudagraphs), aot, onnx, ao-int8wo, ao-int8dq, ao-fp8wo.
+Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx, ao-int8wo, ao-int8dq, ao-fp8wo.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 BACKENDS = {
     "jit": lambda: TorchInductorJitBackend(),
     "jit-max": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs")),
+    "jit-ro": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
     "aot": lambda: TorchInductorAotBackend(),
     "onnx": lambda: ONNXRuntimeBackend(),
     "ao-int8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")),

@@ -21,7 +21,7 @@ for part in $parts; do
       grep -A12 "^| backend" "$out/backends_mlp.md"; tail -3 "$out/backends_mlp.md" ;;
     ray)
       timeout 560 python benchmarks/ray_vs_inline.py --model mlp --gpus "$(nvidia-smi -L | wc -l)" \
-        --backends jit,jit-max,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
+        --backends jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
         > "$out/ray_vs_inline.log" 2>&1
       sed -n '1,25p' "$out/ray_vs_inline.md" ;;
     forge)
