@@ -81,7 +81,11 @@ class TunerActor:
         import torch._inductor.config as inductor_config
 
         per_node = max(1, int(_node_gpus() or torch.cuda.device_count()))
-        inductor_config.compile_threads = max(2, (os.cpu_count() or 2) // per_node)
+        share = max(2, (os.cpu_count() or 2) // per_node)
+        inductor_config.compile_threads = share
+        # Ray starts workers with OMP_NUM_THREADS=1 (the actor's CPU reservation); a GPU actor is the only
+        # user of its share of the node's cores, and host-side work (weight quantization, compiles) needs them.
+        torch.set_num_threads(share)
         try:
             compiled = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
             compiled(torch.randn(64, 64, device="cuda"))

@@ -11,7 +11,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig
 from aitune_ray.errors import ConfigError
-from aitune_ray.samples import SampleStore
+from aitune_ray.samples import SampleStore, map_structure
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -43,7 +43,19 @@ class TorchInductorJitBackend(Backend):
         # Compile now, on every recorded sample, so build time is paid here and not at first inference.
         with torch.no_grad():
             for sample in samples:
-                self._compiled(*sample.args, **sample.kwargs)
+                self._infer(*sample.args, **sample.kwargs)
+
+    def _uses_cudagraphs(self) -> bool:
+        if self.device is None or self.device.type != "cuda":
+            return False
+        if self.config.mode in ("reduce-overhead", "max-autotune"):
+            return True
+        return bool((self.config.options or {}).get("triton.cudagraphs"))
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self._compiled(*args, **kwargs)
+        if not self._uses_cudagraphs():
+            return self._compiled(*args, **kwargs)
+        # CUDA graphs reuse their output memory on the next replay: callers get outputs of their own.
+        torch.compiler.cudagraph_mark_step_begin()
+        out = self._compiled(*args, **kwargs)
+        return map_structure(out, torch.Tensor.clone)
