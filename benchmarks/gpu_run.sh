@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: the GPU tests, then the per-backend table and the Ray-vs-inline benchmark.
-# On the project's GPU machines: source .devkit/bootstrap.sh first (it installs ray, torchao, sageattention).
+# Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
 #   bash benchmarks/gpu_run.sh OUTDIR [tests|backends|ray|forge ...]
 set -u
 out=${1:-gpu-results}; shift || true
