@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any
 
-from aitune_ray.kernel_forge.function_samples import FunctionSample
-from aitune_ray.kernel_forge.kernel_provider.attention import (
-    ATTENTION_TOLERANCES, Unsupported, check_samples, hnd_to_nhd, import_optional, nhd_to_hnd, package_version,
-    parse_call)
-from aitune_ray.kernel_forge.kernel_provider.kernel_provider import SDPA_FUNCTION, KernelProvider
+from aitune_ray.kernel_forge.kernel_provider.attention import hnd_to_nhd, import_optional, nhd_to_hnd, parse_call
+from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
 MODULE = "flash_attn.cute"
 INSTALL = "pip install --pre flash-attn-4"
@@ -20,37 +17,15 @@ def _library():
     return import_optional(MODULE)
 
 
-class FlashAttention4KernelProvider(KernelProvider):
+class FlashAttention4KernelProvider(LibraryAttentionProvider):
     """SDPA as FlashAttention-4: (B,H,S,D) inputs become (B,S,H,D); no mask, no dropout, GQA only
     when asked for (enable_gqa) with a whole number of query heads per key head."""
 
-    default_tolerances = ATTENTION_TOLERANCES
+    label, module_name, install = "FlashAttention-4", MODULE, INSTALL
+    kernel_name, distributions = "flash_attn_func", ("flash-attn-4", "fa4")
 
-    @property
-    def supported_function(self) -> str:
-        return SDPA_FUNCTION
-
-    @property
-    def name(self) -> str:
-        return f"FlashAttention-4 {package_version(_library(), 'flash-attn-4', 'fa4')}"
-
-    def _kernel(self) -> Callable[..., Any]:
-        fn = getattr(_library(), "flash_attn_func", None)
-        if not callable(fn):
-            raise RuntimeError(f"FlashAttention-4 ({MODULE}) is not available; install it with: {INSTALL}")
-        return fn
-
-    def _load_runtime_dependencies(self) -> None:
-        self._kernel()
-
-    def _prepare(self, samples: list[FunctionSample]) -> bool:
-        if _library() is None:
-            return self.unsupported(f"{MODULE} is not installed ({INSTALL})")
-        try:
-            check_samples(samples, "FlashAttention-4")
-        except Unsupported as exc:
-            return self.unsupported(str(exc))
-        return True
+    def _library(self):
+        return _library()
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         call = parse_call(args, kwargs)
@@ -63,10 +38,3 @@ class FlashAttention4KernelProvider(KernelProvider):
         if isinstance(out, tuple):  # (output, log-sum-exp)
             out = out[0]
         return nhd_to_hnd(out)
-
-    def _to_dict(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def _from_dict(cls, data: dict[str, Any]) -> "FlashAttention4KernelProvider":
-        return cls()
