@@ -1,4 +1,5 @@
-"""TunerActor: one per GPU. Builds, checks and profiles candidates, times eager, re-measures finalists.
+"""TunerActor: one per GPU. Builds, checks and profiles candidates, times eager, re-measures finalists,
+and runs the kernel forge's tasks (provider benchmarks, generators; see actors.forge).
 
 The class is plain Python; aitune_ray.cluster.pool turns it into a Ray actor pinned to its resources.
 Everything it receives and returns is plain data: job and result dicts, artifact bytes, and the module
@@ -24,6 +25,7 @@ from typing import Any
 import ray
 import torch
 
+from actors.forge import ForgeWork
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.cluster import artifacts
@@ -69,6 +71,7 @@ class TunerActor:
         self.loads = 0
         self.baselines = 0
         self._identity = self._describe()
+        self._forge = ForgeWork(self._identity)
         logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
         if torch.cuda.is_available():
             self._warm_up()
@@ -153,8 +156,9 @@ class TunerActor:
         return module, samples, device
 
     def discard(self, name: str) -> None:
-        """Forget the module and everything built for it here."""
+        """Forget the module and everything built for it here (and the kernel forge's samples)."""
         self._modules.pop(name, None)
+        self._forge.clear()
         for key in [k for k in self._built if k[0] == name]:
             del self._built[key]
         shutil.rmtree(self.workdir / _plain_name(name), ignore_errors=True)
@@ -241,6 +245,25 @@ class TunerActor:
         logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self._identity["gpu"])
         return {"eager": eager, "results": timed, "errors": errors, "node": self._identity["node"],
                 "gpu": self._identity["gpu"]}
+
+    # ----- kernel forge (box: [ObjectRef] of one function's CPU FunctionData) -----------------------
+    def forge_benchmark(self, box: list, intent: str, function: str, provider: dict, tolerance: float | None,
+                        measure: dict, source: str) -> dict:
+        """benchmark_provider on this actor's device: a ProviderBenchmark dict naming this GPU."""
+        return self._forge.benchmark(box, self.device_for(intent), function, provider, tolerance, measure, source)
+
+    def forge_generate(self, box: list, intent: str, function: str, generator: dict,
+                       timeout: float | None = None) -> dict:
+        """run_generator here: a GenerationOutcome dict (the driver enforces the generation timeout)."""
+        return self._forge.generate(box, self.device_for(intent), function, generator, timeout)
+
+    def forge_original(self, box: list, intent: str, function: str, measure: dict) -> dict:
+        """The original function timed here, on the path the candidates were timed on."""
+        return self._forge.original(box, self.device_for(intent), function, measure)
+
+    def forge_interleaved(self, box: list, intent: str, function: str, providers: list[dict], rounds: int) -> dict:
+        """The original and providers timed in turn (A B A B ...) here."""
+        return self._forge.interleaved(box, self.device_for(intent), function, providers, rounds)
 
 
 def _cycling(call, group):

@@ -11,8 +11,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for part in $parts; do
   case $part in
     tests)
-      timeout 420 python -m pytest tests/test_gpu.py -m gpu -v -p no:cacheprovider -o log_level=WARNING \
-        > "$out/gpu_tests.log" 2>&1
+      timeout 420 python -m pytest tests/test_gpu.py tests/test_forge_ray.py -m gpu -v -p no:cacheprovider \
+        -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
     backends)
       timeout 420 python benchmarks/backends.py --model mlp --executor ray \

@@ -7,6 +7,7 @@ The test providers replace F.gelu or F.layer_norm and behave as their ``behavior
 - "slow": exact after sleeping delay_s; "zeros", "negated", "off3" (3 % too large): wrong values;
 - "raises": raises at every call; "unsupported": prepare() says no.
 Every call is counted in CALLS by (class name, behavior), in whichever process runs it.
+SleepyEagerBackend: a plain backend whose build takes build_s (for builds that overlap a kernel plan).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aitune_ray.backend import Backend
 from aitune_ray.kernel_forge import KernelGenerationResult, KernelGenerator, KernelProvider
+from tests.ray_helpers import HelperConfig
 
 CALLS: collections.Counter = collections.Counter()
 BEHAVIORS = ("exact", "cached", "slow", "zeros", "negated", "off3", "raises", "unsupported")
@@ -233,3 +236,18 @@ def call_in_thread(fn, *args):
     thread.start()
     thread.join()
     return box["out"]
+
+
+# ----- backends ------------------------------------------------------------------------------------------
+
+class SleepyEagerBackend(Backend):
+    """The module itself, after a build that sleeps build_s (a plain build that takes a while)."""
+
+    config_class = HelperConfig
+
+    def _build(self, module, samples, device, workdir):
+        time.sleep(self.config.build_s)
+        self._module = module
+
+    def _infer(self, *args, **kwargs):
+        return self._module(*args, **kwargs)

@@ -9,6 +9,10 @@ then builds a wrapper of the module inside which the plan is active:
   profiling again.
 - AOT delegate (Inductor AOT, ...): the replacement kernels are captured into the delegate's
   artifact; a checkpoint stores that artifact only, and this backend is then ahead-of-time too.
+
+A spec may carry a finished plan (``spec_with_plan``): the build then uses it and does not profile.
+That is how an executor that makes the plan elsewhere (the Ray executor, with its providers
+benchmarked on several GPUs) hands it to the actor that builds the composite.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from torch import nn
 from torch.nn.attention import SDPBackend
 
-from aitune_ray.backend.backend import Backend, BackendConfig, class_path
+from aitune_ray.backend.backend import Backend, BackendConfig, class_path, import_class
 from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend
 from aitune_ray.errors import BuildError, CheckpointError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import (
@@ -36,6 +40,7 @@ from aitune_ray.samples import SampleStore
 logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+PLAN_KEY = "kernel_plan"
 
 
 def default_kernel_providers() -> list[KernelProvider]:
@@ -102,11 +107,13 @@ class KernelSelectorBackendConfig(BackendConfig):
             parts.append(f"generators=[{', '.join(g.name for g in self.kernel_generators)}]")
         return ",".join(parts)
 
-    def optimizer(self) -> KernelOptimizer:
-        return KernelOptimizer(
+    def optimizer(self, cls: type[KernelOptimizer] = KernelOptimizer, **extra: Any) -> KernelOptimizer:
+        """A KernelOptimizer (or the subclass cls, given its own extra arguments) with these settings."""
+        return cls(
             self.kernel_providers, self.kernel_generators, self.provider_min_time_share_percent,
             self.generator_min_time_share_percent, self.generation_timeout, tolerance=self.tolerance,
-            measure=MeasureConfig.from_dict(self.measure) if self.measure else None, final_rounds=self.final_rounds)
+            measure=MeasureConfig.from_dict(self.measure) if self.measure else None, final_rounds=self.final_rounds,
+            **extra)
 
 
 class KernelSelectorBackend(Backend):
@@ -121,6 +128,8 @@ class KernelSelectorBackend(Backend):
             raise ConfigError(f"delegate_backend must be a Backend, not {type(delegate).__name__}")
         self.delegate = delegate
         self.plan = KernelOptimizationPlan()
+        #: A plan made before the build (carried by the spec): the build uses it instead of profiling.
+        self.preset_plan: KernelOptimizationPlan | None = None
         self._restoring: tuple[dict, Path] | None = None
 
     # ----- decided by the delegate --------------------------------------------------------------
@@ -141,13 +150,33 @@ class KernelSelectorBackend(Backend):
         return f"{self.name}({self.config.describe()};delegate={self.delegate.describe()})"
 
     def spec(self) -> dict:
-        return {"type": class_path(type(self)), "config": self.config.to_dict(), "delegate": self.delegate.spec()}
+        spec = {"type": class_path(type(self)), "config": self.config.to_dict(), "delegate": self.delegate.spec()}
+        if self.preset_plan is not None:
+            spec[PLAN_KEY] = self.preset_plan.to_dict()
+        return spec
 
     @classmethod
     def _from_spec(cls, spec: dict) -> "KernelSelectorBackend":
         config = cls.config_class.from_dict(dict(spec.get("config") or {}))
         delegate = Backend.from_spec(spec["delegate"]) if spec.get("delegate") else None
-        return cls(config, delegate)
+        backend = cls(config, delegate)
+        if spec.get(PLAN_KEY) is not None:
+            backend.preset_plan = KernelOptimizationPlan.from_dict(spec[PLAN_KEY])
+        return backend
+
+    @staticmethod
+    def needs_plan(spec: dict) -> bool:
+        """Whether spec is a KernelSelectorBackend's (or a subclass's) that carries no finished plan."""
+        try:
+            cls = import_class(str(spec.get("type", "")), Backend)
+        except ConfigError:
+            return False
+        return issubclass(cls, KernelSelectorBackend) and spec.get(PLAN_KEY) is None
+
+    @staticmethod
+    def spec_with_plan(spec: dict, plan: KernelOptimizationPlan) -> dict:
+        """spec, carrying plan: a build from it uses the plan without profiling."""
+        return {**spec, PLAN_KEY: plan.to_dict()}
 
     # ----- build ---------------------------------------------------------------------------------
     def _build(self, module: nn.Module, samples: SampleStore, device, workdir: Path) -> None:
@@ -158,7 +187,10 @@ class KernelSelectorBackend(Backend):
             self.delegate.restore(self.plan.wrap(module), state.get("delegate_state") or {}, {}, device,
                                   Path(workdir) / "delegate")
             return
-        if len(samples):
+        if self.preset_plan is not None:
+            self.plan = self.preset_plan
+            logger.info("%s: using the kernel plan made before the build", self.name)
+        elif len(samples):
             self.plan = self.config.optimizer().make_plan(module, samples, module=module)
         else:
             logger.warning("%s: no recorded samples to profile, so no kernel is replaced", self.name)

@@ -3,7 +3,7 @@
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.inline import InlineExecutor
 
-__all__ = ["Executor", "RunHandle", "TuneContext", "InlineExecutor", "RayExecutor"]
+__all__ = ["Executor", "RunHandle", "TuneContext", "InlineExecutor", "RayExecutor", "RayKernelOptimizer"]
 
 
 def __getattr__(name):
@@ -11,4 +11,8 @@ def __getattr__(name):
         from aitune_ray.cluster.ray_executor import RayExecutor
 
         return RayExecutor
+    if name == "RayKernelOptimizer":
+        from aitune_ray.cluster.forge import RayKernelOptimizer
+
+        return RayKernelOptimizer
     raise AttributeError(name)

@@ -3,12 +3,17 @@
 A slot whose actor died or was killed gets a fresh actor on the same resources. Replacements after a
 failure (crash, timeout, out of memory) are limited per slot by max_restarts; a slot that used them up
 is retired. Kills that only stop unwanted work (cancel) do not count.
+
+Several driver threads may share the pool (a batch's builds and the kernel forge's tasks): acquire()
+hands out idle slots under a lock, and work that registered demand (the forge, whose plan a composite
+build waits for) gets idle slots before plain acquirers do.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +67,9 @@ class ActorPool:
         self.log_dir = log_dir
         self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
         self._remote = ray.remote(TunerActor)
+        self.lock = threading.RLock()
+        self.demand: dict[int, int] = {}  # owner id -> tasks waiting for a slot, served first
+        self.closed = False
         self.slots = [Slot(i) for i in range(size)]
         for slot in self.slots:
             self._spawn(slot)
@@ -83,17 +91,38 @@ class ActorPool:
     def idle(self) -> list[Slot]:
         return [s for s in self.slots if s.alive and not s.busy]
 
+    def acquire(self, *, urgent: bool = False, prefer: tuple | None = None, only: bool = False) -> Slot | None:
+        """An idle slot, marked busy; None when there is none, or when urgent work waits and this is not.
+        prefer: (node, gpu) of the slot wanted; with only=True no other slot is taken while that one lives."""
+        with self.lock:
+            if not urgent and any(self.demand.values()):
+                return None
+            idle = self.idle()
+            if prefer is not None:
+                matching = [s for s in self.alive() if (s.identity().get("node"), s.identity().get("gpu")) == prefer]
+                if matching:
+                    first = [s for s in idle if s in matching]
+                    idle = first if only else first + [s for s in idle if s not in matching]
+            if not idle:
+                return None
+            idle[0].busy = True
+            return idle[0]
+
     def replace(self, slot: Slot, reason: str, failure: bool = True) -> bool:
-        """Kill slot's actor and start a fresh one there. Returns False when the slot is retired instead."""
-        self.kill(slot)
-        if failure:
-            slot.restarts += 1
-            if slot.restarts > self.max_restarts:
-                logger.error("slot %d retired after %d failures (last: %s)", slot.index, slot.restarts, reason)
+        """Kill slot's actor and start a fresh one there. Returns False when the slot is retired instead
+        (or the pool was shut down: a thread still finishing its work then starts nothing new)."""
+        with self.lock:
+            self.kill(slot)
+            if self.closed:
                 return False
-        logger.warning("slot %d: replacing its actor (%s)", slot.index, reason)
-        self._spawn(slot)
-        return True
+            if failure:
+                slot.restarts += 1
+                if slot.restarts > self.max_restarts:
+                    logger.error("slot %d retired after %d failures (last: %s)", slot.index, slot.restarts, reason)
+                    return False
+            logger.warning("slot %d: replacing its actor (%s)", slot.index, reason)
+            self._spawn(slot)
+            return True
 
     def kill(self, slot: Slot) -> None:
         if slot.actor is not None:
@@ -104,5 +133,7 @@ class ActorPool:
         slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
 
     def shutdown(self) -> None:
-        for slot in self.slots:
-            self.kill(slot)
+        with self.lock:
+            self.closed = True
+            for slot in self.slots:
+                self.kill(slot)

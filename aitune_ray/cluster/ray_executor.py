@@ -11,6 +11,9 @@ artifact_dir (a shared path or fsspec URL) when one is set, else as separate obj
 driver writes them into its workdir as results arrive. materialize() restores the chosen backend on the
 driver; when it ran on CUDA and the driver has no CUDA GPU, it returns a DetachedBackend, which a
 checkpoint can save but which cannot run inference.
+
+A KernelSelectorBackend job without a finished kernel plan first gets one from the kernel forge on these
+actors (aitune_ray.cluster.forge.PlanRun) while the batch's other jobs build; then it builds like the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import ray
 import torch
 
 from aitune_ray.backend.backend import Backend
+from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.cluster import artifacts
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
@@ -86,20 +90,35 @@ class _Task:
 
 class _RayHandle(RunHandle):
     def __init__(self, executor: "RayExecutor", context: TuneContext, jobs: list[CandidateJob]):
+        from aitune_ray.cluster.forge import PlanRun
+
         self._ex, self._ctx = executor, context
-        self._queue = collections.deque(jobs)
+        planless = [KernelSelectorBackend.needs_plan(job.spec) for job in jobs]
+        self._queue = collections.deque(job for job, p in zip(jobs, planless) if not p)
+        self._plans = [PlanRun(executor, context, job) for job, p in zip(jobs, planless) if p]
         self._inflight: dict = {}     # ObjectRef -> _Task
         self._cancelled = False
 
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
         try:
-            while not self._cancelled and (self._queue or self._inflight):
+            for plan in self._plans:   # each profiles here, then searches on a thread of its own
+                self._ex._emit(self._ctx, plan.job, "planning", "running", {}, 0.0)
+                plan.start()
+            while not self._cancelled and (self._queue or self._inflight or self._plans):
+                for result in self._planned():
+                    yield result
+                    if self._cancelled:
+                        return
                 self._dispatch()
-                if not self._inflight:   # every slot retired: what is left cannot run
-                    while self._queue and not self._cancelled:
-                        yield self._unrun(self._queue.popleft())
-                    break
+                if not self._inflight:
+                    if not self._ex.pool.alive():   # every slot retired: what is left cannot run
+                        while self._queue and not self._cancelled:
+                            yield self._unrun(self._queue.popleft())
+                        if not self._plans:
+                            break
+                    time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
+                    continue
                 ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
                 for ref in ready:
                     task = self._inflight.pop(ref)
@@ -125,6 +144,10 @@ class _RayHandle(RunHandle):
             return
         self._cancelled = True
         self._queue.clear()
+        for plan in self._plans:
+            plan.cancel()
+            self._ex._emit(self._ctx, plan.job, "done", CANCELLED, {}, time.monotonic() - plan.started)
+        self._plans.clear()
         stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
         self._inflight.clear()
         for task, _ in stopped:   # kill first: a progress callback below may raise (Ctrl-C)
@@ -133,10 +156,24 @@ class _RayHandle(RunHandle):
             self._ex._emit(self._ctx, task.job, "done", CANCELLED, where, time.monotonic() - task.dispatched)
 
     # ----- internals ------------------------------------------------------------------------------
+    def _planned(self) -> Iterator[BuildResult]:
+        """Jobs whose kernel plan is finished go to the front of the queue; a failed plan is a result."""
+        for plan in [p for p in self._plans if p.done.is_set()]:
+            self._plans.remove(plan)
+            outcome = plan.outcome()
+            if isinstance(outcome, CandidateJob):
+                self._queue.appendleft(outcome)
+            elif outcome is not None:
+                self._ex._emit(self._ctx, plan.job, "done", outcome.status, {}, time.monotonic() - plan.started)
+                yield outcome
+
     def _dispatch(self) -> None:
+        if not self._queue or any(not plan.ready.is_set() for plan in self._plans):
+            return   # the driver is still profiling for a kernel plan, whose tasks go first
         box, intent = self._ex._box(self._ctx), self._ex._intent(self._ctx)
-        for slot in self._ex.pool.idle():
-            if not self._queue:
+        while self._queue:
+            slot = self._ex.pool.acquire()
+            if slot is None:
                 return
             job = self._queue.popleft()
             ref = slot.actor.run.remote(self._ctx.name, box, intent, job.to_dict())
@@ -146,7 +183,8 @@ class _RayHandle(RunHandle):
 
     def _poll_s(self) -> float:
         now = time.monotonic()
-        waits = [1.0] + [t.started + self._ex.task_timeout_s - now for t in self._inflight.values() if t.started]
+        waits = [0.2 if self._plans else 1.0]
+        waits += [t.started + self._ex.task_timeout_s - now for t in self._inflight.values() if t.started]
         return max(0.01, min(waits))
 
     def _expired(self) -> list:

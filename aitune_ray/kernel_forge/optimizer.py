@@ -10,6 +10,8 @@ make_plan(function, data, module=...):
      sample, time the GCD-reduced call mix;
   6. per function, the fastest valid candidate is re-timed against the original function side by side
      (A B A B ...) and kept only if it is faster.
+Steps 1-2 are profile_functions(), on the calling thread (the profiler is best run on the thread that
+owns it); steps 3-6 are search(), which an executor may run on a thread of its own.
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ class FunctionSearch:
     @property
     def unique(self) -> list:
         return [s for _, s in self.data]
+
+
+@dataclasses.dataclass
+class ProfiledFunctions:
+    """What profiling chose to search: per function its search, and which source kinds apply."""
+
+    searches: dict[str, FunctionSearch]
+    provider_functions: list[str]
+    generator_functions: list[str]
 
 
 @dataclasses.dataclass
@@ -149,6 +160,11 @@ class KernelOptimizer:
     # ----- the search ---------------------------------------------------------------------------------
     def make_plan(self, function: Callable, data: Sequence | None = None, *,
                   module: nn.Module | None = None) -> KernelOptimizationPlan:
+        return self.search(self.profile_functions(function, data, module=module))
+
+    def profile_functions(self, function: Callable, data: Sequence | None = None, *,
+                          module: nn.Module | None = None) -> ProfiledFunctions:
+        """Profile once and choose the functions to search, with their samples and reference outputs."""
         if module is None and isinstance(function, nn.Module):
             module = function
         if module is None:
@@ -156,7 +172,7 @@ class KernelOptimizer:
         self.records, self.outcomes, self.summary = [], [], None
         if not self.kernel_providers and not self.kernel_generators:
             logger.info("no kernel providers or generators: empty kernel plan")
-            return KernelOptimizationPlan()
+            return ProfiledFunctions({}, [], [])
         profiler = self.kernel_profiler_factory(function_names=self.supported_functions())
         frame, function_data = profiler.profile(function, data, module=module,
                                                 warmup_iterations=self.warmup_iterations)
@@ -170,8 +186,15 @@ class KernelOptimizer:
         chosen = [f for f in self.summary["function_name"] if f in wanted]
         searches = {fn: FunctionSearch(fn, function_data[fn], reference_outputs(fn, [s for _, s in function_data[fn]]))
                     for fn in chosen}
-        tasks = self._submit_generators(searches, generator_fns)
-        self._benchmark_providers(searches, provider_fns)
+        return ProfiledFunctions(searches, provider_fns, generator_fns)
+
+    def search(self, profiled: ProfiledFunctions) -> KernelOptimizationPlan:
+        """Run every source on the profiled functions and keep the winners."""
+        searches = profiled.searches
+        if not searches:
+            return KernelOptimizationPlan()
+        tasks = self._submit_generators(searches, profiled.generator_functions)
+        self._benchmark_providers(searches, profiled.provider_functions)
         self._collect_generated(searches, tasks)
         winners = [w for w in (self._choose(search) for search in searches.values()) if w is not None]
         self.records = [r for search in searches.values() for r in search.records]

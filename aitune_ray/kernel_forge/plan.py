@@ -114,11 +114,12 @@ class KernelOptimizationPlan:
         return ", ".join(f"{fn} -> {name}" for fn, name in self.functions.items())
 
     def results_frame(self) -> pd.DataFrame:
-        """One row per candidate: function, provider, status, error, relative error, time, speedup."""
+        """One row per candidate: function, provider, status, error, relative error, time, speedup, and the
+        GPU that timed it."""
         import pandas as pd
 
         columns = ["function", "description", "status", "max_error", "tolerance", "median_ms", "speedup",
-                   "selected", "error"]
+                   "selected", "gpu", "error"]
         rows = [{c: r.get(c) for c in columns} for r in self.results]
         return pd.DataFrame(rows, columns=columns)
 

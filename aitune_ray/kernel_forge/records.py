@@ -38,9 +38,13 @@ class ProviderBenchmark:
     mix_calls: int = 0
     device: str = ""
     gpu: str = ""
+    node: str = ""                     # the machine that measured it, where an executor knows it
     seconds: float = 0.0
     speedup: float | None = None       # original median / this median, set by the optimizer
     selected: bool = False
+    #: An interleaved re-measure against the original on one GPU (gpu, node, rounds, median_ms,
+    #: original_ms, speedup, raw_speedup), when the optimizer made one; None otherwise.
+    remeasured: dict | None = None
     #: The live provider on the process that ran this (driver-local only; never serialized).
     live: Any = dataclasses.field(default=None, repr=False, compare=False)
 

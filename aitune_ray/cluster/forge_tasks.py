@@ -1,0 +1,174 @@
+"""Forge tasks on a RayExecutor's actor pool: Work (one TunerActor.forge_* call) and the Scheduler that
+runs it on idle actors in submission order, with timeouts.
+
+A generator's timeout (generation_timeout) counts from its task's submission, and a generator still running
+then has its actor killed and replaced without counting as a failure; any other task has the executor's
+task_timeout_s, counted from when its actor was up, and a task that runs past it, or whose worker dies,
+gets its actor replaced like a failed build. Work that prefers a GPU ((node, gpu)) waits for that actor
+while it lives. The scheduler registers its queued work as demand on the pool, so that the forge gets idle
+actors before a batch's plain builds do.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any, Iterator
+
+import ray
+
+from aitune_ray.cluster.ray_executor import _DEATH, _is_oom, _short
+from aitune_ray.kernel_forge.records import ERROR, OK, OOM, TIMED_OUT
+from aitune_ray.results import CRASHED
+
+
+class Cancelled(Exception):
+    """The plan was no longer wanted (its batch was cancelled)."""
+
+
+@dataclasses.dataclass(eq=False)
+class Work:
+    """One actor task of the forge."""
+
+    method: str                      # a TunerActor method
+    args: tuple
+    function: str
+    label: str                       # what it runs (a provider's or generator's name)
+    generator: bool = False          # generation_timeout from submission, and a kill that is no failure
+    prefer: tuple | None = None      # (node, gpu): run there while that actor lives
+    slot: Any = None
+    ref: Any = None
+    dispatched: float = 0.0
+    started: float | None = None     # when the actor was up (task_timeout_s counts from here)
+    status: str = ""                 # "" while pending, then OK or why not
+    error: str = ""
+    out: Any = None
+    where: dict = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class Scheduler:
+    """Runs Work on the idle actors of executor's pool, in submission order, with timeouts."""
+
+    def __init__(self, executor, generation_timeout: float, cancelled: threading.Event):
+        self.executor = executor
+        self.pool = executor.pool
+        self.generation_timeout = generation_timeout
+        self.cancelled = cancelled
+        self.queue: collections.deque[Work] = collections.deque()
+        self.inflight: dict[Any, Work] = {}
+
+    def submit(self, work: Work) -> Work:
+        self.queue.append(work)
+        self._demand()
+        return work
+
+    def wait(self, works: list[Work]) -> Iterator[Work]:
+        """Yield each of works as it finishes (in completion order), running everything submitted."""
+        pending = list(works)
+        while pending:
+            for work in [w for w in pending if w.status]:
+                pending.remove(work)
+                yield work
+            if pending:
+                self._step()
+
+    def close(self) -> None:
+        """Stop whatever is still queued or running (its actors are replaced, not counted as failures)."""
+        self.queue.clear()
+        for work in list(self.inflight.values()):
+            self.pool.replace(work.slot, f"forge task {work.label} no longer wanted", failure=False)
+        self.inflight.clear()
+        with self.pool.lock:
+            self.pool.demand.pop(id(self), None)
+
+    # ----- internals ----------------------------------------------------------------------------
+    def _demand(self) -> None:
+        with self.pool.lock:
+            self.pool.demand[id(self)] = len(self.queue)
+
+    def _step(self) -> None:
+        if self.cancelled.is_set():
+            raise Cancelled()
+        self._dispatch()
+        if not self.inflight:
+            if not self.pool.alive():
+                for work in list(self.queue):
+                    work.status, work.error = ERROR, "not run: no tuner actor is left"
+                self.queue.clear()
+                self._demand()
+            else:
+                time.sleep(0.05)   # every actor is busy with other work
+            return
+        refs = list(self.inflight)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=self._poll_s())
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in ready:
+            self._finish(ref)
+        self._expire()
+
+    def _dispatch(self) -> None:
+        alive = len(self.pool.alive())
+        for work in list(self.queue):
+            if work.generator:
+                running = sum(1 for w in self.inflight.values() if w.generator)
+                if running >= max(1, alive - 1):
+                    continue
+            slot = self.pool.acquire(urgent=True, prefer=work.prefer, only=work.prefer is not None)
+            if slot is None:
+                continue
+            self.queue.remove(work)
+            work.slot, work.dispatched = slot, time.monotonic()
+            work.where = slot.identity()
+            work.ref = getattr(slot.actor, work.method).remote(*work.args)
+            self.inflight[work.ref] = work
+        self._demand()
+
+    def _deadline(self, work: Work, now: float) -> float:
+        if work.generator:
+            return work.dispatched + self.generation_timeout
+        limit = self.executor.task_timeout_s
+        if work.started is None and work.slot.ready():
+            work.started = now
+        return (work.started if work.started is not None else work.dispatched + limit) + limit
+
+    def _poll_s(self) -> float:
+        now = time.monotonic()
+        return max(0.01, min([1.0] + [self._deadline(w, now) - now for w in self.inflight.values()]))
+
+    def _finish(self, ref) -> None:
+        work = self.inflight.pop(ref)
+        slot = work.slot
+        work.seconds = time.monotonic() - work.dispatched
+        work.where = slot.identity() or work.where
+        try:
+            work.out = ray.get(ref)
+            work.status = OK
+            slot.busy = False
+        except _DEATH as exc:
+            work.status = OOM if _is_oom(exc) else CRASHED
+            work.error = f"the worker process died during {work.method} of {work.label} ({_short(exc)})"
+            self.pool.replace(slot, f"forge task {work.label}: {work.status}")
+        except ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            work.status, work.error = ERROR, f"{type(cause).__name__}: {_short(cause, 2000)}"
+            slot.busy = False
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for ref, work in list(self.inflight.items()):
+            if now < self._deadline(work, now):
+                continue
+            del self.inflight[ref]
+            work.seconds = now - work.dispatched
+            if work.generator:
+                work.error = (f"no result {self.generation_timeout:g} s after submission; its actor was killed and "
+                              "replaced")
+            else:
+                work.error = (f"{work.method} of {work.label} ran past task_timeout_s="
+                              f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
+            work.status = TIMED_OUT
+            self.pool.replace(work.slot, f"forge task {work.label}: timed out", failure=not work.generator)
