@@ -7,23 +7,29 @@ import torch
 from aitune_ray.errors import DeviceError
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """None: the current CUDA device when there is one, else CPU. Raises DeviceError for a missing device."""
-    if device is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+def parse_device(device: str | torch.device) -> torch.device:
+    """A cpu or cuda device from its name; DeviceError for anything else."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise DeviceError(f"{device!r} is not a device name: {exc}") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise DeviceError(f"device type {dev.type!r} is not supported (use 'cpu' or 'cuda[:N]')")
+    return dev
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """None: the current CUDA device when there is one, else CPU. Raises DeviceError for a missing device."""
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = parse_device(device)
     if dev.type == "cpu":
         return dev
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(f"device {device!r} was asked for, but this machine has no CUDA GPU "
-                              "(use device='cpu', or a device_map on load)")
-        count = torch.cuda.device_count()
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        if index >= count:
-            raise DeviceError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s)")
-        return torch.device("cuda", index)
-    raise DeviceError(f"device type {dev.type!r} is not supported (use 'cpu' or 'cuda[:N]')")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device {device!r} was asked for, but this machine has no CUDA GPU "
+                          "(use device='cpu', or a device_map on load)")
+    count = torch.cuda.device_count()
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    if index >= count:
+        raise DeviceError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s)")
+    return torch.device("cuda", index)

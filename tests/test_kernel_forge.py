@@ -559,7 +559,7 @@ def test_aot_delegate_captures_the_kernels_and_checkpoints_the_artifact_only(tmp
     assert torch.allclose(out, GeluNorm()(samples[0]), atol=1e-4)
 
 
-# ----- GPU (device machine) ------------------------------------------------------------------------------------
+# ----- GPU ------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 def test_gpu_profiler_and_sdpa_providers():

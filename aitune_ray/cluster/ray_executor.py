@@ -37,6 +37,7 @@ from aitune_ray.cluster import artifacts
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.device import parse_device
 from aitune_ray.errors import BuildError, ConfigError, DeviceError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
@@ -351,14 +352,9 @@ class RayExecutor(Executor):
                 logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
                 return torch.device("cpu")
             return torch.device("cuda" if gpus > 0 else "cpu")
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise DeviceError(f"{device!r} is not a device name: {exc}") from exc
+        dev = parse_device(device)
         if dev.type == "cpu":
             return dev
-        if dev.type != "cuda":
-            raise DeviceError(f"device type {dev.type!r} is not supported (use 'cpu' or 'cuda')")
         if gpus <= 0:
             raise DeviceError(f"device {device!r} was asked for, but the Ray cluster has no GPU")
         if dev.index is not None:
