@@ -1,0 +1,1 @@
+"""A BERT-base-sized text encoder in plain PyTorch, tuned as one module."""
