@@ -2,8 +2,13 @@
 
     python benchmarks/backends.py --model encoder --device cuda --out report.md
     python benchmarks/backends.py --model mlp --device cpu --backends jit,onnx
+    python benchmarks/backends.py --model bert --backends jit,aot,onnx,ao-int8dq,kernels
 
-Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx, ao-int8wo, ao-int8dq, ao-fp8wo.
+Models: mlp, encoder (ViT-B-sized), bert (examples/bert: base on a GPU, tiny on a CPU) and pipeline
+(examples/pipeline: two modules, each tuned with the same backends).
+
+Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx, ao-int8wo,
+ao-int8dq, ao-fp8wo, kernels (KernelSelectorBackend: attention kernel selection, then Inductor JIT).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
+    KernelSelectorBackend,
     ONNXRuntimeBackend,
     TorchAOBackend,
     TorchAOBackendConfig,
@@ -30,7 +36,9 @@ from aitune_ray.backend import (  # noqa: E402
     TorchInductorJitBackendConfig,
 )
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
+from aitune_ray.samples import map_structure  # noqa: E402
 
+MODELS = ["mlp", "encoder", "bert", "pipeline"]
 BACKENDS = {
     "jit": lambda: TorchInductorJitBackend(),
     "jit-max": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs")),
@@ -40,35 +48,65 @@ BACKENDS = {
     "ao-int8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")),
     "ao-int8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")),
     "ao-fp8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")),
+    "kernels": lambda: KernelSelectorBackend(),
 }
 
 
 def make_model(name: str, device: torch.device, dtype: torch.dtype):
-    """(model, dataset) for a named benchmark model."""
+    """(model, dataset) for a named benchmark model: big on a GPU, small on a CPU.
+
+    The model is an nn.Module, or for "pipeline" a plain object holding two (see wrap_model). Dataset
+    items are tensors or keyword dicts; floating-point tensors get dtype, integer ones (token ids) keep theirs.
+    """
+    gpu = device.type == "cuda"
     if name == "mlp":
-        width = 4096 if device.type == "cuda" else 256
+        width = 4096 if gpu else 256
         layers = []
         for _ in range(8):
             layers += [nn.Linear(width, width), nn.GELU()]
         model = nn.Sequential(*layers)
-        batches = (64, 1024) if device.type == "cuda" else (4, 64)
+        batches = (64, 1024) if gpu else (4, 64)
         data = [torch.randn(bs, width) for bs in batches]
     elif name == "encoder":  # a ViT-B-sized encoder on patch tokens
-        width, depth, tokens = (768, 12, 197) if device.type == "cuda" else (128, 2, 32)
+        width, depth, tokens = (768, 12, 197) if gpu else (128, 2, 32)
         layer = nn.TransformerEncoderLayer(width, width // 64, 4 * width, batch_first=True, norm_first=True,
                                            dropout=0.0)
         model = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-        batches = (8, 8, 128) if device.type == "cuda" else (2, 2, 16)
+        batches = (8, 8, 128) if gpu else (2, 2, 16)
         data = [torch.randn(bs, tokens, width) for bs in batches]
+    elif name == "bert":  # examples/bert: BERT-base at sequence length 128 on a GPU, the tiny one on a CPU
+        from examples.bert.model import make_data as bert_data, make_model as bert_model
+
+        size = "base" if gpu else "tiny"
+        model = bert_model(size)
+        data = bert_data(size, batch_sizes=(8, 32) if gpu else (2, 8), per_batch_size=2)
+    elif name == "pipeline":  # examples/pipeline: a convolutional encoder, then a head, two modules
+        from examples.pipeline.model import make_data as pipeline_data, make_model as pipeline_model
+
+        model = pipeline_model(channels=64, features=1024) if gpu else pipeline_model()
+        data = (pipeline_data(batch_sizes=(8, 64), per_batch_size=2, channels=64, length=1024) if gpu
+                else pipeline_data(batch_sizes=(2, 8), per_batch_size=2))
     else:
         raise SystemExit(f"unknown model {name!r}")
-    model = model.eval().to(device, dtype)
-    return model, [x.to(device, dtype) for x in data]
+    for module in [model] if isinstance(model, nn.Module) else [model.encoder, model.head]:
+        module.eval().to(device, dtype)
+    return model, [map_structure(x, lambda t: t.to(device, dtype) if t.is_floating_point() else t.to(device))
+                   for x in data]
+
+
+def wrap_model(name: str, model, strategy_factory):
+    """(what to call, the wrapped Modules): the whole model as one Module, or each pipeline module."""
+    if name == "pipeline":
+        model.encoder = ait.Module(model.encoder, "encoder", strategy=strategy_factory())
+        model.head = ait.Module(model.head, "head", strategy=strategy_factory())
+        return model, [model.encoder, model.head]
+    wrapped = ait.Module(model, name, strategy=strategy_factory())
+    return wrapped, [wrapped]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="mlp", choices=["mlp", "encoder"])
+    parser.add_argument("--model", default="mlp", choices=MODELS)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (default: bf16 on GPU)")
     parser.add_argument("--backends", default="jit,onnx,ao-int8wo", help=f"comma list of {sorted(BACKENDS)}")
@@ -80,12 +118,12 @@ def main() -> int:
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     model, data = make_model(args.model, device, dtype)
-    backends = [BACKENDS[name]() for name in args.backends.split(",") if name]
-    strategy = ait.MaxThroughputStrategy(backends, measure_config=MeasureConfig(max_seconds=1.0))
-    wrapped = ait.Module(model, args.model, strategy=strategy)
+    names = [name for name in args.backends.split(",") if name]
+    root, _ = wrap_model(args.model, model, lambda: ait.MaxThroughputStrategy(
+        [BACKENDS[name]() for name in names], measure_config=MeasureConfig(max_seconds=1.0)))
     executor = ait.InlineExecutor() if args.executor == "inline" else ait.RayExecutor()
     started = time.perf_counter()
-    report = ait.tune(wrapped, data, device=device, executor=executor)
+    report = ait.tune(root, data, device=device, executor=executor)
     wall = time.perf_counter() - started
     text = report.markdown() + f"\nTuning wall time: {wall:.1f} s ({args.executor}, {device}, {dtype})\n"
     print(text)
