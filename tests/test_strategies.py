@@ -293,3 +293,17 @@ def test_report_dataframe_and_markdown():
     assert f"Decision: {report.decision}" in text
     assert "FastBackend **(chosen)**" in text
     assert "| bs1 thr/s" in text and "bs4 thr/s" in text
+
+
+def test_max_throughput_starts_costly_builds_first_and_first_wins_keeps_priority():
+    from aitune_ray.backend import (ONNXRuntimeBackend, TorchAOBackend, TorchAOBackendConfig,
+                                    TorchInductorAotBackend, TorchInductorJitBackend)
+
+    backends = [ONNXRuntimeBackend(), TorchInductorJitBackend(),
+                TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")), TorchInductorAotBackend()]
+    keys = [b.key() for b in backends]
+    longest_first = [job.key for job in ait.MaxThroughputStrategy(backends).jobs()]
+    assert longest_first == [keys[3], keys[2], keys[1], keys[0]]
+    assert [job.key for job in ait.FirstWinsStrategy(backends).jobs()] == keys
+    # the original position still travels with each job
+    assert sorted(job.priority for job in ait.MaxThroughputStrategy(backends).jobs()) == [0, 1, 2, 3]

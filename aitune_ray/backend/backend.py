@@ -110,6 +110,9 @@ class Backend(ABC):
     is_jit: ClassVar[bool] = True
     #: Relative L2 tolerance this backend needs by default (quantizing backends), None for the per-dtype one.
     default_tolerance: ClassVar[float | None] = None
+    #: Rough relative cost of a build (1 = a default torch.compile). Executors that run builds in
+    #: parallel start the costly ones first, so that one long build does not end the schedule alone.
+    build_cost: ClassVar[float] = 1.0
 
     def __init__(self, config: BackendConfig | None = None):
         if config is None:
@@ -128,6 +131,10 @@ class Backend(ABC):
 
     def key(self) -> str:
         return f"{self.name}-{self.config.key()}"
+
+    def cost_hint(self) -> float:
+        """Expected build cost relative to a default torch.compile (a scheduling hint, never a limit)."""
+        return self.build_cost
 
     def describe(self) -> str:
         detail = self.config.describe()

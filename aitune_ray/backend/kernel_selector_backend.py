@@ -120,6 +120,7 @@ class KernelSelectorBackend(Backend):
     """Kernel selection (KernelOptimizer) in front of a delegate backend (default TorchInductorJitBackend)."""
 
     config_class = KernelSelectorBackendConfig
+    build_cost = 2.0    # profiling and provider benchmarks, then the delegate's build
 
     def __init__(self, config: KernelSelectorBackendConfig | None = None, delegate_backend: Backend | None = None):
         super().__init__(config)

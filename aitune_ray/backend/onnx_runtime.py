@@ -45,6 +45,7 @@ def _input_names(count: int) -> list[str]:
 class ONNXRuntimeBackend(Backend):
     config_class = ONNXRuntimeBackendConfig
     is_jit = False
+    build_cost = 0.5
 
     def _provider(self, device: torch.device) -> ONNXExecutionProvider:
         if self.config.execution_provider is not None:

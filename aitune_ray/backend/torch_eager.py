@@ -24,6 +24,7 @@ class TorchEagerBackendConfig(BackendConfig):
 class TorchEagerBackend(Backend):
     config_class = TorchEagerBackendConfig
     is_jit = True
+    build_cost = 0.1
 
     def __init__(self, config: TorchEagerBackendConfig | None = None):
         super().__init__(config)

@@ -18,6 +18,12 @@ class MaxThroughputStrategy(TuneStrategy):
         super().__init__(backends, **kwargs)
         self.remeasure_margin = remeasure_margin
 
+    def jobs(self):
+        """Every candidate is built anyway, so the order is free: costly builds first (longest-first
+        scheduling), which keeps one late long build from finishing alone on a parallel executor."""
+        by_key = {b.key(): b.cost_hint() for b in self.backends}
+        return sorted(super().jobs(), key=lambda job: (-by_key[job.key], job.priority))
+
     def _decide(self, context, executor, handle, baseline, report) -> None:
         for result in handle:
             report.results.append(result)
