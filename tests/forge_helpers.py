@@ -20,6 +20,7 @@ import weakref
 from concurrent.futures import Future
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -251,3 +252,13 @@ class SleepyEagerBackend(Backend):
 
     def _infer(self, *args, **kwargs):
         return self._module(*args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Two busy cores make OpenMP's intra-op threads time very noisily; one thread times steadily.
+    Autouse in every test module that imports it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -156,3 +157,12 @@ class SkewedBackend(_HelperBackend):
 def helper(cls: type, tag: str, **values) -> Backend:
     """A helper backend with a tagged config, e.g. helper(SlowBackend, "slow", delay_s=0.03)."""
     return cls(HelperConfig(tag=tag, **values))
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters(monkeypatch):
+    """In-process builds, and call counters that start at zero (autouse where imported)."""
+    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
+    reset_calls()
+    yield
+    reset_calls()

@@ -23,21 +23,13 @@ from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAtt
                                      TorchSDPAKernelProvider)
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.forge_helpers import (  # noqa: E402
-    GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider)
+    GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider, one_thread)
 from tests.ray_helpers import HelperConfig  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 ROOT = str(Path(__file__).resolve().parent.parent)
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two busy cores make OpenMP's intra-op threads time very noisily; one thread times steadily."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -28,18 +28,10 @@ from aitune_ray.kernel_forge.evaluate import reference_outputs, validate
 from aitune_ray.kernel_forge.kernel_provider import attention, flash_attention2, flash_attention4, sage_attention
 from aitune_ray.measure.timing import MeasureConfig
 from tests.forge_helpers import (CALLS, ForgeBlock, GeluNorm, NeverFinishingGenerator, QuickGelu, RaisingGenerator,
-                                 TestGeluProvider, TestLayerNormProvider, block_samples, call_in_thread, ready)
+                                 TestGeluProvider, TestLayerNormProvider, block_samples, call_in_thread, one_thread, ready)
 
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two busy cores make OpenMP's intra-op threads time very noisily; one thread times steadily."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def gelu_norm_samples(batches=(4, 4, 2)) -> list[torch.Tensor]:

@@ -8,16 +8,8 @@ import aitune_ray as ait
 from aitune_ray.errors import (AITuneRayError, ConfigError, CorrectnessError, DatasetError, DeviceError,
                                RecordingError)
 from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, NestedIO,
-                           SleepyAffine, WrongBackend, helper, reset_calls)
+                           SleepyAffine, WrongBackend, fresh_counters, helper, reset_calls)
 
-
-@pytest.fixture(autouse=True)
-def _fresh_counters(monkeypatch):
-    # In-process builds: the helper backends count their calls in this process.
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    reset_calls()
-    yield
-    reset_calls()
 
 
 def one(backend):

@@ -10,18 +10,10 @@ from aitune_ray.errors import CorrectnessError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import OK, BuildResult
 from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, SkewedBackend,
-                           SleepyAffine, SlowBackend, WrongBackend, helper, reset_calls)
+                           SleepyAffine, SlowBackend, WrongBackend, fresh_counters, helper, reset_calls)
 
 EAGER_DELAY = 0.01
 
-
-@pytest.fixture(autouse=True)
-def _fresh_counters(monkeypatch):
-    # In-process builds: the helper backends count their calls in this process.
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    reset_calls()
-    yield
-    reset_calls()
 
 
 def recorded(strategy, batch_sizes=(4, 4), delay_s=EAGER_DELAY, name="affine"):

@@ -43,7 +43,8 @@ from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.cluster.forge_tasks import Cancelled, Scheduler, Work
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
-from aitune_ray.kernel_forge.optimizer import BenchmarkJob, FunctionSearch, KernelOptimizer, ProfiledFunctions
+from aitune_ray.kernel_forge.optimizer import (BenchmarkJob, FunctionSearch, KernelOptimizer, ProfiledFunctions,
+                                             select_best)
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.results import BuildResult, CandidateJob
@@ -220,13 +221,8 @@ class RayKernelOptimizer(KernelOptimizer):
                 logger.warning("nothing is kept for %s: its finalists could not be re-measured on one GPU",
                                search.function)
                 return None
-        best = max(valid, key=lambda r: r.speedup or 0.0)
-        if (best.speedup or 0.0) <= 1.0:
-            logger.info("no candidate beats the original %s (best: %s, %.2fx)", search.function, best.description,
-                        best.speedup or 0.0)
-            return None
-        best.selected = True
-        return kernel_provider_from_dict(best.provider)
+        best = select_best(valid, search.function)
+        return kernel_provider_from_dict(best.provider) if best is not None else None
 
     def _originals(self, search: FunctionSearch, where: set) -> dict[tuple, ProviderBenchmark]:
         """The original timed on each (node, gpu) in where (on another actor where that one is gone)."""

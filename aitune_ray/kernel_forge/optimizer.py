@@ -325,12 +325,9 @@ class KernelOptimizer:
             except Exception as exc:  # noqa: BLE001 - keep the separate medians
                 logger.warning("side-by-side timing of %s failed (%s: %s); deciding on separate medians",
                                search.function, type(exc).__name__, exc)
-        best = max(valid, key=lambda r: r.speedup or 0.0)
-        if (best.speedup or 0.0) <= 1.0:
-            logger.info("no candidate beats the original %s (best: %s, %.2fx)", search.function, best.description,
-                        best.speedup or 0.0)
+        best = select_best(valid, search.function)
+        if best is None:
             return None
-        best.selected = True
         return best.live if best.live is not None else kernel_provider_from_dict(best.provider)
 
     def _side_by_side(self, search: FunctionSearch, original: ProviderBenchmark,
@@ -375,3 +372,14 @@ class KernelOptimizer:
         plan = KernelOptimizationPlan((), tuple(r.to_dict() for r in self.records))
         with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 80):
             logger.info("kernel candidates:\n%s", plan.results_frame().to_string(index=False))
+
+
+def select_best(valid: list, function: str):
+    """The fastest valid candidate, marked selected, if it beats the original function; else None."""
+    best = max(valid, key=lambda r: r.speedup or 0.0)
+    if (best.speedup or 0.0) <= 1.0:
+        logger.info("no candidate beats the original %s (best: %s, %.2fx)", function, best.description,
+                    best.speedup or 0.0)
+        return None
+    best.selected = True
+    return best
