@@ -116,6 +116,12 @@ def test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size(
     mod = report.modules[0]
     assert {r.status for r in mod.results} == {"ok"}
     if mod.chosen is not None:
+        assert wrapped.state == ait.ModuleState.TUNED
         chosen = mod.chosen_result()
         for bs in mod.call_mix:
             assert chosen.timing(bs).median_ms <= mod.baseline[bs]["median_ms"] * 1.03
+    else:  # eager kept: then every candidate really lost somewhere, by the measured numbers
+        assert wrapped.state == ait.ModuleState.EAGER
+        for r in mod.results:
+            per_bs = [mod.baseline[bs]["median_ms"] / r.timing(bs).median_ms for bs in mod.call_mix]
+            assert min(per_bs) < 0.97 or mod.speedups[r.key] < 1.01, (r.backend, per_bs, mod.notes[r.key])
