@@ -200,7 +200,8 @@ class KernelSelectorBackend(Backend):
         self.delegate.build(self.plan.wrap(module), samples, device, Path(workdir) / "delegate")
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self.delegate.infer(*args, **kwargs)
+        # Already under infer()'s no_grad, and the delegate is active whenever this backend is.
+        return self.delegate._infer(*args, **kwargs)
 
     def _activate(self) -> None:
         self.delegate.activate()

@@ -47,6 +47,9 @@ class AttentionCall:
 
 def bind_sdpa(args: tuple, kwargs: dict) -> dict[str, Any]:
     """SDPA's arguments by parameter name, with defaults filled in."""
+    if len(args) == 3 and not kwargs:   # the common call, on every forward: no checks needed
+        return {"query": args[0], "key": args[1], "value": args[2], "attn_mask": None, "dropout_p": 0.0,
+                "is_causal": False, "scale": None, "enable_gqa": False}
     if len(args) > len(SDPA_PARAMETERS):
         raise Unsupported(f"scaled_dot_product_attention takes at most {len(SDPA_PARAMETERS)} arguments")
     bound = dict(zip(SDPA_PARAMETERS, args))

@@ -1,10 +1,14 @@
 """TorchSDPAKernelProvider: PyTorch's own SDPA, pinned to one backend (flash, cuDNN, efficient, math).
 
-Eagerly and under torch.compile, the call runs inside torch.nn.attention.sdpa_kernel(backend) (Dynamo
-honors that context). torch.export, however, keeps the generic SDPA op, whose backend would be chosen
-later by whatever compiles the exported program; so when exporting, the provider calls that backend's
-own aten op instead, which pins the kernel into the artifact. prepare() checks on every recorded sample
-that the backend's op runs and matches the generic call before it relies on it.
+Under torch.compile, the call runs inside torch.nn.attention.sdpa_kernel(backend) (Dynamo honors that
+context). torch.export, however, keeps the generic SDPA op, whose backend would be chosen later by
+whatever compiles the exported program; so when exporting, the provider calls that backend's own aten op
+instead, which pins the kernel into the artifact. prepare() checks on every recorded sample that the
+backend's op runs and matches the generic call before it relies on it.
+
+Eagerly, the provider calls that op directly as well: entering sdpa_kernel costs more host time per call
+than a short attention kernel takes on a GPU, and a single call's latency includes it. A call the op does
+not take (a shape it rejects) falls back to the generic call under sdpa_kernel.
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 class TorchSDPAKernelProvider(KernelProvider):
-    """F.scaled_dot_product_attention under torch.nn.attention.sdpa_kernel(backend)."""
+    """F.scaled_dot_product_attention pinned to one backend: its own aten op where prepare() found it
+    equal to the generic call, else the generic call under torch.nn.attention.sdpa_kernel(backend)."""
 
     default_tolerances = ATTENTION_TOLERANCES
 
@@ -123,7 +128,15 @@ class TorchSDPAKernelProvider(KernelProvider):
         return True
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        if self.pin_op and torch.compiler.is_exporting():
+        if self.pin_op and not torch.compiler.is_compiling():   # eager
+            try:
+                out = backend_op_call(self.backend, args, kwargs)
+            except RuntimeError as exc:   # the op's own checks reject these inputs
+                logger.debug("%s: the backend's own op refused a call (%s); using the generic one", self.name, exc)
+                out = None
+            if out is not None:
+                return out
+        elif self.pin_op and torch.compiler.is_exporting():
             out = backend_op_call(self.backend, args, kwargs)
             if out is not None:
                 return out
