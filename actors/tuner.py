@@ -75,6 +75,7 @@ class TunerActor:
         logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
         if torch.cuda.is_available():
             self._warm_up()
+        self._identity["ready_at"] = time.time()   # wall clock: up and warmed (benchmarks read it)
 
     def _warm_up(self) -> None:
         """Pay the one-time costs (CUDA context, Inductor's compile workers, Triton) before the first task,

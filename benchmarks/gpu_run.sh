@@ -1,31 +1,56 @@
 #!/usr/bin/env bash
-# One run on a GPU machine: the GPU tests, then the per-backend table and the Ray-vs-inline benchmark.
+# One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|backends|ray|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|backends|ray|bert-ray|bert-inline|pipeline|forge ...]
+# bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
+# long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
 out=${1:-gpu-results}; shift || true
 parts=${*:-tests backends ray}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
+gpus=$(nvidia-smi -L | wc -l)
+bert=jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo,onnx,kernels
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for part in $parts; do
+  echo "== $part $(date +%T)"
   case $part in
     tests)
-      timeout 420 python -m pytest tests/test_gpu.py tests/test_forge_ray.py -m gpu -v -p no:cacheprovider \
-        -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
+      timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
+        -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
+    forge-tests)
+      timeout 240 python -m pytest tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
+        -p no:cacheprovider -o log_level=WARNING \
+        "tests/test_gpu.py::test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size" \
+        > "$out/forge_tests.log" 2>&1
+      grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/forge_tests.log" | tail -20
+      timeout 120 python examples/attention_quickstart.py > "$out/attention_quickstart.log" 2>&1
+      echo "attention quick start: exit $?"; tail -25 "$out/attention_quickstart.log" ;;
     backends)
       timeout 420 python benchmarks/backends.py --model mlp --executor ray \
         --backends jit,jit-max,aot,onnx,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/backends_mlp.md" \
         > "$out/backends_mlp.log" 2>&1
       grep -A12 "^| backend" "$out/backends_mlp.md"; tail -3 "$out/backends_mlp.md" ;;
     ray)
-      timeout 560 python benchmarks/ray_vs_inline.py --model mlp --gpus "$(nvidia-smi -L | wc -l)" \
+      timeout 560 python benchmarks/ray_vs_inline.py --model mlp --runs "ray:$gpus,inline" --run-timeout 270 \
         --backends jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
         > "$out/ray_vs_inline.log" 2>&1
-      sed -n '1,25p' "$out/ray_vs_inline.md" ;;
+      sed -n '1,30p' "$out/ray_vs_inline.md" ;;
+    bert-ray)
+      timeout 450 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs "ray:$gpus" \
+        --run-timeout 430 --out "$out/bert_ray.md" > "$out/bert_ray.log" 2>&1
+      sed -n '1,30p' "$out/bert_ray.md" ;;
+    bert-inline)
+      timeout 590 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs inline \
+        --run-timeout 575 --out "$out/bert_inline.md" > "$out/bert_inline.log" 2>&1
+      sed -n '1,30p' "$out/bert_inline.md" ;;
+    pipeline)
+      timeout 590 python benchmarks/ray_vs_inline.py --model pipeline --backends $bert --runs "ray:$gpus,inline" \
+        --run-timeout 290 --out "$out/pipeline.md" > "$out/pipeline.log" 2>&1
+      sed -n '1,40p' "$out/pipeline.md" ;;
     forge)
-      timeout 420 python benchmarks/kernel_forge.py --out "$out/kernel_forge.md" > "$out/kernel_forge.log" 2>&1
-      cat "$out/kernel_forge.md" ;;
+      timeout 300 python benchmarks/kernel_forge.py --out "$out/kernel_forge.md" > "$out/kernel_forge.log" 2>&1
+      cat "$out/kernel_forge.md"; tail -5 "$out/kernel_forge.log" ;;
   esac
 done

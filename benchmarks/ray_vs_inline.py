@@ -1,17 +1,26 @@
 """The same MaxThroughput job inline and on Ray, side by side in one run; prints a table.
 
     python benchmarks/ray_vs_inline.py --model mlp --backends jit,jit-max,ao-int8wo,ao-int8dq --out ray.md
+    python benchmarks/ray_vs_inline.py --model bert --runs inline,ray:1,ray:2 --out bert.md
     python benchmarks/ray_vs_inline.py --model pipeline --backends jit,onnx --out pipeline.md
 
 Models as in backends.py (mlp, encoder, bert, pipeline). For the pipeline, both modules are tuned in one
 tune() call, one module after the other, and the wall times cover both; the table lists each module's
 candidates.
 
-Reports: each candidate's time inline (build + check + profile), inline and Ray wall time, Ray's fixed
-overhead (Ray start and actors), the ideal schedule on N GPUs (the larger of the longest candidate and the
-inline total over N), Ray's ratio to both, and whether both chose the same backend. Each run gets fresh,
-empty Inductor and Triton cache folders, so neither reuses the other's compiled kernels, while candidates
-within a run may share them (in one process inline; through the node's disk on Ray), as they would for a user.
+--runs lists the runs: "inline" (one process, one GPU, one candidate after another) and "ray:N" (a local
+Ray with N tuner actors, one per GPU). Each run is a process of its own, started one after the other,
+with fresh, empty Inductor and Triton cache folders, so no run reuses another's compiled kernels or
+CUDA context, while candidates within a run may share them (in one process inline; through the node's
+disk on Ray), as they would for a user. A run that crashes or passes --run-timeout is reported as such,
+and the others still count.
+
+Reports: each candidate's time inline (build + check + profile) and in the largest Ray run; per run the
+wall time (everything: Ray start, actors, recording, eager baseline, candidates, decision), speedup over
+inline and efficiency (speedup / GPUs), Ray's fixed overhead (Ray start until the last actor was up and
+warmed, which overlaps the driver's recording), the ideal schedule on N GPUs (the larger of the longest
+candidate and the inline candidate total over N, from the inline times) and the critical-path bound (the
+longest candidate), and whether each run chose the same backend as inline.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,26 +45,32 @@ from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 
-def run(executor_name: str, args, device, dtype) -> dict:
-    # Set before Ray starts, so that its workers inherit them.
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"triton-{executor_name}-")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{executor_name}-")
+def parse_run(text: str) -> tuple[str, int]:
+    """("inline", 1) or ("ray", N) from "inline" or "ray:N"."""
+    kind, _, count = text.partition(":")
+    if kind == "inline" and not count:
+        return "inline", 1
+    if kind == "ray" and count.isdigit() and int(count) >= 1:
+        return "ray", int(count)
+    raise SystemExit(f"a run is 'inline' or 'ray:N' (N >= 1), not {text!r}")
+
+
+def tune_once(run_name: str, args, device, dtype) -> dict:
+    """One run, in this process: tune the model and return plain numbers."""
+    kind, gpus = parse_run(run_name)
     model, data = make_model(args.model, device, dtype)
     names = args.backends.split(",")
     root, _ = wrap_model(args.model, model, lambda: ait.MaxThroughputStrategy(
         [BACKENDS[name]() for name in names], measure_config=MeasureConfig(max_seconds=1.0)))
-    started = time.perf_counter()
-    if executor_name == "inline":
-        executor, overhead = ait.InlineExecutor(), 0.0
-    else:
-        executor = ait.RayExecutor(max_actors=args.gpus)
-        executor.open()
-        import ray
-
-        ray.get([slot.ready_ref for slot in executor.pool.alive()])  # actors up (and warmed up on GPUs)
-        overhead = time.perf_counter() - started
+    started_wall, started = time.time(), time.perf_counter()
+    executor = ait.InlineExecutor() if kind == "inline" else ait.RayExecutor(max_actors=gpus)
     try:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
+        overhead = None
+        if kind == "ray":   # when the last actor was up and warmed (it said so itself), from Ray's start
+            ready = [s.identity().get("ready_at") for s in executor.pool.alive()]
+            overhead = max(r for r in ready if r) - started_wall if any(ready) else None
+            actors = len(executor.pool.alive())
     finally:
         executor.close()
     wall = time.perf_counter() - started
@@ -71,9 +87,36 @@ def run(executor_name: str, args, device, dtype) -> dict:
         chosen[mod.module] = (result.backend + "(" + repr(result.spec["config"]) + ")") if result else "eager"
         chosen_key[mod.module] = mod.chosen
         speedups[mod.module] = dict(mod.speedups)
-    return {"wall_s": wall, "overhead_s": overhead, "reports": report.modules, "chosen": chosen,
-            "chosen_key": chosen_key, "speedups": speedups, "candidates": candidates, "modules": modules,
-            "candidate_total_s": sum(t for _, _, t, _ in candidates.values())}
+    return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall,
+            "overhead_s": overhead, "chosen": chosen, "chosen_key": chosen_key, "speedups": speedups,
+            "candidates": candidates, "modules": modules,
+            "candidate_total_s": sum(t for _, _, t, _ in candidates.values()),
+            "markdown": "\n".join(m.markdown() for m in report.modules)}
+
+
+def run_child(run_name: str, args) -> dict:
+    """One run in a fresh process (a crash or a hang costs that run only)."""
+    out = Path(tempfile.mkdtemp(prefix="ray-vs-inline-")) / "run.json"
+    env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
+               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+    cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
+           "--device", args.device, "--backends", args.backends]
+    print(f"run {run_name} ...", flush=True)
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
+        failure = None if proc.returncode == 0 else f"exit code {proc.returncode}"
+        tail = (proc.stdout + proc.stderr)[-3000:]
+    except subprocess.TimeoutExpired as exc:
+        failure = f"timed out after {args.run_timeout:g} s"
+        tail = str(exc.stderr or "")[-3000:]
+    if failure is None and out.exists():
+        data = json.loads(out.read_text())
+        print(f"run {run_name}: {data['wall_s']:.1f} s", flush=True)
+        return data
+    print(f"run {run_name} failed ({failure}):\n{tail}", flush=True)
+    return {"run": run_name, "failed": failure or "no result written", "tail": tail,
+            "wall_s": time.perf_counter() - started}
 
 
 def ideal_schedule(inline: dict, gpus: int) -> tuple[float, float]:
@@ -87,68 +130,133 @@ def ideal_schedule(inline: dict, gpus: int) -> tuple[float, float]:
     return ideal, longest
 
 
+def verdict(inline: dict, other: dict) -> str:
+    several = len(inline["modules"]) > 1
+    parts = []
+    for module in inline["modules"]:
+        a_key, b_key = inline["chosen_key"].get(module), other["chosen_key"].get(module)
+        text = f"{other['chosen'].get(module, '-')} ({'same' if a_key == b_key else 'differs'}"
+        if a_key != b_key:
+            base = inline["speedups"][module]
+            a = base.get(a_key, 1.0) if a_key else 1.0
+            b = base.get(b_key, float("nan")) if b_key else 1.0
+            text += f"; {b / a:.1%} of the inline choice's speedup, measured inline"
+        parts.append((f"{module}: " if several else "") + text + ")")
+    return "; ".join(parts)
+
+
+def report(args, runs: list[dict], device, dtype) -> str:
+    runs = sorted(runs, key=lambda r: (r.get("kind") != "inline", r.get("gpus", 0)))
+    inline = next((r for r in runs if r.get("kind") == "inline"), None)
+    ray_runs = [r for r in runs if r.get("kind") == "ray"]
+    biggest = max(ray_runs, key=lambda r: r["gpus"], default=None)
+    lines = []
+    if inline is not None:
+        per, total = inline["candidates"], inline["candidate_total_s"]
+        several = len(inline["modules"]) > 1
+        lines += [f"### Ray vs inline: {args.model} on {device} ({dtype}), {len(per)} candidates"
+                  + (f" over {len(inline['modules'])} modules ({', '.join(inline['modules'])}), tuned one after "
+                     "another" if several else ""), "",
+                  "| module | candidate | status inline / Ray | inline s | share of inline total | "
+                  f"Ray s ({biggest['gpus'] if biggest else '-'} GPUs) | Ray GPU |", "|---|---|---|---|---|---|---|"]
+        for module, ids in inline["modules"].items():
+            for ident in ids:
+                backend, status, secs, _ = per[ident]
+                r = (biggest or {}).get("candidates", {}).get(ident, ("", "-", float("nan"), ""))
+                lines.append(f"| {module} | {backend} `{ident[-12:]}` | {status} / {r[1]} | {secs:.1f} | "
+                             f"{secs / total:.0%} | {r[2]:.1f} | {r[3]} |")
+        _, longest = ideal_schedule(inline, 1)
+        lines += ["", f"Inline candidate total {total:.1f} s; the rest of the inline wall "
+                      f"({inline['wall_s'] - total:.1f} s) is recording, the eager baseline and the decision. "
+                      f"Critical-path bound (longest candidate{', per module, summed' if several else ''}): "
+                      f"{longest:.1f} s ({longest / total:.0%} of the inline total).", ""]
+    lines += ["| run | GPUs | wall s | Ray fixed overhead s | speedup over inline | efficiency | ideal s, "
+              "max(longest, total/N) | wall / ideal | wall / critical path | chosen (vs inline) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "failed" in r:
+            lines.append(f"| {r['run']} | - | {r['wall_s']:.1f} | - | - | - | - | - | - | failed: {r['failed']} |")
+            continue
+        overhead = f"{r['overhead_s']:.1f}" if r.get("overhead_s") is not None else "-"
+        if inline is None:
+            lines.append(f"| {r['run']} | {r['gpus']} | {r['wall_s']:.1f} | {overhead} | - | - | - | - | - | "
+                         f"{'; '.join(r['chosen'].values())} |")
+            continue
+        speedup = inline["wall_s"] / r["wall_s"]
+        ideal, longest = ideal_schedule(inline, r["gpus"])
+        lines.append(f"| {r['run']} | {r['gpus']} | {r['wall_s']:.1f} | {overhead} | {speedup:.2f}x "
+                     f"({r['wall_s'] / inline['wall_s']:.2f} of inline) | {speedup / r['gpus']:.0%} | {ideal:.1f} | "
+                     f"{r['wall_s'] / ideal:.2f}x | {r['wall_s'] / longest:.2f}x | {verdict(inline, r)} |")
+    lines += ["", "\n\n".join(f"#### {r['run']}\n\n{r['markdown']}" for r in runs if "markdown" in r)]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp", choices=MODELS)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backends", default="jit,jit-max,onnx,ao-int8wo")
     parser.add_argument("--gpus", type=int, default=max(1, torch.cuda.device_count()),
-                        help="actors on Ray (one per GPU)")
+                        help="actors of the Ray run when --runs is not given (one per GPU)")
+    parser.add_argument("--runs", default=None, help="comma list of inline and ray:N (default: ray:GPUS,inline; "
+                        "empty: only the --include runs)")
+    parser.add_argument("--run-timeout", type=float, default=None, help="seconds one run may take")
     parser.add_argument("--out", default=None, help="markdown file; a .json beside it holds the numbers "
                         "(benchmarks/schedule_sim.py reads it)")
+    parser.add_argument("--include", nargs="*", default=[], help="earlier .json outputs of this benchmark (same "
+                        "model and backends) whose runs join the table instead of being run again")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if args.child:
+        Path(args.child_out).write_text(json.dumps(tune_once(args.child, args, device, dtype), default=str))
+        return 0
 
-    ray_run = run("ray", args, device, dtype)
-    inline = run("inline", args, device, dtype)
-
-    per = inline["candidates"]
-    total = inline["candidate_total_s"]
-    ideal, longest = ideal_schedule(inline, args.gpus)
-    several = len(inline["modules"]) > 1
-    lines = [f"### Ray vs inline: {args.model} on {device} ({dtype}), {len(per)} candidates"
-             + (f" over {len(inline['modules'])} modules ({', '.join(inline['modules'])}), tuned one after another"
-                if several else "") + f", {args.gpus} GPU(s)", "",
-             "| module | candidate | status | inline s | share of inline total | Ray s | Ray GPU |",
-             "|---|---|---|---|---|---|---|"]
-    for module, ids in inline["modules"].items():
-        for ident in ids:
-            backend, status, secs, _ = per[ident]
-            r = ray_run["candidates"].get(ident, ("", "-", float("nan"), ""))
-            lines.append(f"| {module} | {backend} `{ident[-12:]}` | {status} / {r[1]} | {secs:.1f} | "
-                         f"{secs / total:.0%} | {r[2]:.1f} | {r[3]} |")
-    verdicts = []
-    for module in inline["modules"]:
-        a_key, b_key = inline["chosen_key"].get(module), ray_run["chosen_key"].get(module)
-        text = f"{inline['chosen'][module]} / {ray_run['chosen'].get(module, '-')} ({'same' if a_key == b_key else 'differ'}"
-        if a_key != b_key and a_key and b_key:
-            a, b = inline["speedups"][module][a_key], inline["speedups"][module].get(b_key, float("nan"))
-            text += f"; Ray's choice is {b / a:.1%} of the inline choice's speedup, measured inline"
-        verdicts.append((f"{module}: " if several else "") + text + ")")
-    longest_name = "sum of each module's longest candidate" if several else "longest candidate"
-    lines += ["", "| measure | value |", "|---|---|",
-              f"| inline wall | {inline['wall_s']:.1f} s (candidates {total:.1f} s, the rest "
-              f"{inline['wall_s'] - total:.1f} s: recording, eager baseline, decision) |",
-              f"| Ray wall (start and actors included) | {ray_run['wall_s']:.1f} s |",
-              f"| Ray fixed overhead (Ray start + actors up and warmed) | {ray_run['overhead_s']:.1f} s |",
-              f"| Ray / inline | {ray_run['wall_s'] / inline['wall_s']:.2f}x |",
-              f"| {longest_name} | {longest:.1f} s ({longest / total:.0%} of inline candidate total {total:.1f} s) |",
-              f"| ideal {args.gpus}-GPU schedule, max(longest, total/{args.gpus})"
-              + (" per module, summed" if several else "") + f" | {ideal:.1f} s |",
-              f"| Ray / ideal | {ray_run['wall_s'] / ideal:.2f}x |",
-              f"| chosen inline / Ray | {'; '.join(verdicts)} |"]
-    text = "\n".join(lines) + "\n\n" + "\n".join(m.markdown() for m in inline["reports"] + ray_run["reports"])
+    names = (args.runs or f"ray:{args.gpus},inline").split(",") if args.runs != "" else []
+    for name in names:
+        parse_run(name)
+    runs = included(args)
+    names = [n for n in names if n not in {r["run"] for r in runs}]
+    for name in names:
+        runs.append(run_child(name, args))
+        if args.out:   # after every run, so that a later failure keeps what was measured
+            write(args, runs, device, dtype)
+    text = report(args, runs, device, dtype)
     print(text)
     if args.out:
-        Path(args.out).write_text(text)
-        meta = {"model": args.model, "device": str(device), "dtype": str(dtype), "gpus": args.gpus,
-                "backends": args.backends.split(",")}
-        Path(args.out).with_suffix(".json").write_text(json.dumps(
-            {**meta, **{k: {kk: vv for kk, vv in v.items() if kk != "reports"} for k, v in
-                        (("inline", inline), ("ray", ray_run))}}, indent=1, default=str))
-    return 0
+        write(args, runs, device, dtype)
+    ok = [r for r in runs if "failed" not in r]
+    return 0 if ok else 1
+
+
+def included(args) -> list[dict]:
+    """Runs from earlier outputs (each run is a process of its own, so runs made by separate invocations
+    on the same machine compare as runs of one invocation do)."""
+    runs = []
+    for path in args.include:
+        data = json.loads(Path(path).read_text())
+        if data["model"] != args.model or data["backends"] != args.backends.split(","):
+            raise SystemExit(f"{path} is a run of {data['model']} with {','.join(data['backends'])}, not of "
+                             f"{args.model} with {args.backends}")
+        runs += [r for r in data["runs"].values() if "failed" not in r]
+    return runs
+
+
+def write(args, runs: list[dict], device, dtype) -> None:
+    Path(args.out).write_text(report(args, runs, device, dtype))
+    inline = next((r for r in runs if r.get("kind") == "inline" and "failed" not in r), None)
+    rays = [r for r in runs if r.get("kind") == "ray" and "failed" not in r]
+    data = {"model": args.model, "device": str(device), "dtype": str(dtype), "backends": args.backends.split(","),
+            "runs": {r["run"]: r for r in runs}}
+    if inline:
+        data["inline"] = data["runs"]["inline"]
+    if rays:   # the largest Ray run, as schedule_sim.py reads it
+        biggest = max(rays, key=lambda r: r["gpus"])
+        data["ray"], data["gpus"] = data["runs"][biggest["run"]], biggest["gpus"]
+    Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
 
 
 if __name__ == "__main__":

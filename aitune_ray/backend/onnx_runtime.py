@@ -55,6 +55,7 @@ class ONNXRuntimeBackend(Backend):
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         require("onnxruntime", "onnx", "ONNXRuntimeBackend")
         require("onnx", "onnx", "ONNXRuntimeBackend")
+        self._check_provider(device)   # before the export, which takes a while on a large model
         sample = max(samples, key=lambda s: s.batch_size)
         inputs = tensors_of((sample.args, sample.kwargs))
         names = _input_names(len(inputs))
@@ -71,7 +72,7 @@ class ONNXRuntimeBackend(Backend):
         self._out_spec = pytree.treespec_dumps(pytree.tree_flatten(sample.outputs)[1])
         self._open(device)
 
-    def _open(self, device: torch.device) -> None:
+    def _check_provider(self, device: torch.device) -> ONNXExecutionProvider:
         ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
         provider = self._provider(device)
         available = ort.get_available_providers()
@@ -79,6 +80,11 @@ class ONNXRuntimeBackend(Backend):
             extra = "onnx-gpu" if provider != ONNXExecutionProvider.CPU else "onnx"
             raise BuildError(f"ONNX Runtime has no {provider.value} here (available: {', '.join(available)}); "
                              f"install aitune-ray[{extra}] or choose another execution provider")
+        return provider
+
+    def _open(self, device: torch.device) -> None:
+        ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
+        provider = self._check_provider(device)
         providers = [provider.value]
         options = [{}]  # one entry per provider, or ONNX Runtime rejects the list and retries with its own
         if provider != ONNXExecutionProvider.CPU:

@@ -107,7 +107,17 @@ def _timing(base: dict, remeasured: dict, bs: int) -> Timing | None:
 
 
 def _config_text(config: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in config.items() if v not in (None, False, {}, []))
+    return ",".join(f"{k}={_value_text(v)}" for k, v in config.items() if v not in (None, False, {}, []))
+
+
+def _value_text(value) -> str:
+    """Serialized objects (kernel providers, generators) by their type and chief setting, not their JSON."""
+    if isinstance(value, dict) and "type" in value:
+        detail = value.get("backend") or value.get("name") or value.get("mode")
+        return f"{value['type']}({detail})" if detail else str(value["type"])
+    if isinstance(value, list) and any(isinstance(v, dict) and "type" in v for v in value):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    return str(value)
 
 
 def _mix_text(mix: dict[int, int]) -> str:

@@ -77,6 +77,24 @@ def backend_op_call(backend: SDPBackend, args: tuple, kwargs: dict) -> torch.Ten
     return None
 
 
+_SIMPLE_KWARGS = frozenset({"is_causal", "scale"})
+
+
+def _cuda_op(backend: SDPBackend):
+    """(q, k, v, is_causal, scale) -> output through the backend's own CUDA op, or None for MATH."""
+    aten = torch.ops.aten
+    if backend == SDPBackend.FLASH_ATTENTION:
+        op = aten._scaled_dot_product_flash_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, 0.0, causal, False, scale=scale)[0]
+    if backend == SDPBackend.EFFICIENT_ATTENTION:
+        op = aten._scaled_dot_product_efficient_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, scale=scale)[0]
+    if backend == SDPBackend.CUDNN_ATTENTION:
+        op = aten._scaled_dot_product_cudnn_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]
+    return None
+
+
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -96,6 +114,7 @@ class TorchSDPAKernelProvider(KernelProvider):
         self.backend = sdpa_backend(backend)
         #: Whether torch.export captures the backend's own op (decided in prepare).
         self.pin_op = False
+        self._fast = _cuda_op(self.backend)
 
     @property
     def supported_function(self) -> str:
@@ -129,6 +148,13 @@ class TorchSDPAKernelProvider(KernelProvider):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         if self.pin_op and not torch.compiler.is_compiling():   # eager
+            if self._fast is not None and len(args) == 3 and _SIMPLE_KWARGS.issuperset(kwargs):
+                q, k, v = args   # the common call, checked as little as it can be
+                if q.device.type == "cuda" and q.dim() == 4 and q.shape[1] == k.shape[1]:
+                    try:
+                        return self._fast(q, k, v, kwargs.get("is_causal", False), kwargs.get("scale"))
+                    except RuntimeError as exc:
+                        logger.debug("%s: the backend's own op refused a call (%s)", self.name, exc)
             try:
                 out = backend_op_call(self.backend, args, kwargs)
             except RuntimeError as exc:   # the op's own checks reject these inputs
