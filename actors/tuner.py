@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +43,33 @@ def _node_gpus() -> float:
         return next(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id)
     except Exception:  # outside Ray, or the node list is unavailable
         return 0.0
+
+
+def expose_main_globals(module: torch.nn.Module) -> list[str]:
+    """Make the globals of classes defined in the driver's __main__ visible in this worker's __main__.
+
+    Such classes arrive pickled by value, each function with a globals dict of its own named "__main__".
+    When Dynamo inlines one of their methods (a submodule's forward, called from a compiled parent's), it
+    resolves that method's globals by importing "__main__", which here is Ray's worker script, and fails
+    ("module '__main__' has no attribute 'F'"). Names the worker's __main__ already has are left alone.
+    Returns the names added."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        return []
+    added = []
+    for cls in {type(m) for m in module.modules()}:
+        if cls.__module__ != "__main__":
+            continue
+        for value in vars(cls).values():
+            func = getattr(value, "__func__", value)
+            for name, obj in (getattr(func, "__globals__", None) or {}).items():
+                if not name.startswith("__") and not hasattr(main, name):
+                    setattr(main, name, obj)
+                    added.append(name)
+    if added:
+        logger.info("classes from the driver's __main__: their globals %s are now visible in this worker's "
+                    "__main__ (for Dynamo)", sorted(added))
+    return added
 
 
 def _plain_name(name: str) -> str:
@@ -146,6 +174,7 @@ class TunerActor:
             return cached[1], cached[2], cached[3]
         self.discard(name)
         module, samples = ray.get(list(box)) if isinstance(box[0], ray.ObjectRef) else box
+        expose_main_globals(module)
         device = self.device_for(intent)
         if intent == "cuda" and device.type == "cpu":
             logger.warning("the driver asked for cuda but this worker has no CUDA device: using the CPU")

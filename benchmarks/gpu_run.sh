@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|backends|ray|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|backends|ray|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -20,8 +20,8 @@ for part in $parts; do
         -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
     forge-tests)
-      timeout 240 python -m pytest tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
-        -p no:cacheprovider -o log_level=WARNING \
+      timeout 200 python -m pytest tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
+        -p no:cacheprovider -o log_level=WARNING -o faulthandler_timeout=80 --basetemp "$out/pytest" \
         "tests/test_gpu.py::test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size" \
         > "$out/forge_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/forge_tests.log" | tail -20
@@ -49,6 +49,9 @@ for part in $parts; do
       timeout 590 python benchmarks/ray_vs_inline.py --model pipeline --backends $bert --runs "ray:$gpus,inline" \
         --run-timeout 290 --out "$out/pipeline.md" > "$out/pipeline.log" 2>&1
       sed -n '1,40p' "$out/pipeline.md" ;;
+    overhead)
+      timeout 120 python benchmarks/forge_overhead.py > "$out/forge_overhead.log" 2>&1
+      grep -v "^$" "$out/forge_overhead.log" | head -40 ;;
     forge)
       timeout 300 python benchmarks/kernel_forge.py --out "$out/kernel_forge.md" > "$out/kernel_forge.log" 2>&1
       cat "$out/kernel_forge.md"; tail -5 "$out/kernel_forge.log" ;;

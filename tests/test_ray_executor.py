@@ -295,3 +295,47 @@ def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
     (result,) = report.modules[0].results
     assert result.ok and (torch.cuda.is_available() or "actor 0" in result.gpu)   # no GPU here: a CPU actor
     assert report.modules[0].chosen == result.key and module.state == ModuleState.TUNED
+
+
+SCRIPT = '''
+import sys
+import torch
+import torch.nn.functional as F
+import ray
+import aitune_ray as ait
+from aitune_ray.backend import TorchInductorJitBackend
+
+
+class Doubled(torch.nn.Module):    # defined in __main__, called from a compiled parent's forward
+    def forward(self, x):
+        return F.gelu(x) * 2.0
+
+
+if __name__ == "__main__":
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}})
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), Doubled()).eval()
+    module = ait.Module(model, "script", strategy=ait.OneBackendStrategy(TorchInductorJitBackend()))
+    executor = ait.RayExecutor(max_actors=1)
+    try:
+        ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor)
+    finally:
+        executor.close()
+        ray.shutdown()
+    (result,) = module.report.results
+    print("RESULT", result.status, result.error)
+'''
+
+
+def test_a_script_s_own_submodule_class_compiles_on_an_actor(tmp_path):
+    """A class from the driver's __main__ reaches the actor pickled by value; Dynamo, inlining its forward,
+    looks its globals up in the worker's __main__, which must have them."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tune_script.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, str(script), ROOT], env=env, capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), proc.stdout + proc.stderr[-2000:])
+    assert line.startswith("RESULT ok"), line
