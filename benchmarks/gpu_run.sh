@@ -20,7 +20,7 @@ for part in $parts; do
         -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
     forge-tests)
-      timeout 200 python -m pytest tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
+      timeout 200 python -m pytest tests/test_forge_ray.py -m gpu -v \
         -p no:cacheprovider -o log_level=WARNING -o faulthandler_timeout=80 --basetemp "$out/pytest" \
         "tests/test_gpu.py::test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size" \
         > "$out/forge_tests.log" 2>&1

@@ -8,10 +8,14 @@ Per shape (an Attention module whose forward is one F.scaled_dot_product_attenti
 - default: PyTorch's own SDPA choice, timed on the same path as the providers;
 - each provider alone (PyTorch flash / cuDNN / efficient, SageAttention, FlashAttention-4): its time and
   relative L2 error against the default's output, or why it is unavailable or rejected;
-- the module tuned with KernelSelectorBackend + OneBackendStrategy: the provider it chose, the tuned
-  module's speedup over the eager module (the two timed in turn), whether the choice is within 3% of the
-  best measured alone (the default counts: keeping it is a choice), and whether SageAttention was wrongly
+- the module tuned with KernelSelectorBackend around each --delegate (MaxThroughput picks among them;
+  OneBackendStrategy for one): the provider it chose and the delegate it runs in, the tuned module's
+  speedup over the eager module (the two timed in turn), whether the choice is within 3% of the best
+  measured alone (the default counts: keeping it is a choice), and whether SageAttention was wrongly
   chosen (slower than the best by over 3%, or out of tolerance).
+
+Times on a GPU are per call in back-to-back bursts of at least 1 ms (aitune_ray.measure.timing): at
+tens of microseconds, a single call's latency is mostly launch and synchronization noise.
 
 --executor ray makes the plan with the providers benchmarked on Ray's GPU actors (one per GPU).
 """
@@ -34,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend,  # noqa: E402
-                                TorchInductorJitBackend)
+                                TorchInductorJitBackend, TorchInductorJitBackendConfig)
 from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSample,  # noqa: E402
                                      SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_original,
                                      benchmark_provider)
@@ -55,6 +59,13 @@ class Attention(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
+DELEGATES = {
+    "eager": TorchEagerBackend,
+    "jit": TorchInductorJitBackend,
+    "jit-ro": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
+}
 
 
 def providers() -> dict:
@@ -97,8 +108,9 @@ def run_shape(text: str, device: torch.device, dtype: torch.dtype, executor, del
             torch.cuda.empty_cache()
 
     config = KernelSelectorBackendConfig(kernel_providers=list(providers().values()), measure=MEASURE.to_dict())
-    inner = TorchEagerBackend() if delegate == "eager" else TorchInductorJitBackend()
-    strategy = ait.OneBackendStrategy(KernelSelectorBackend(config, inner), measure_config=MEASURE)
+    candidates = [KernelSelectorBackend(config, DELEGATES[name]()) for name in delegate.split(",")]
+    strategy = (ait.OneBackendStrategy(candidates[0], measure_config=MEASURE) if len(candidates) == 1 else
+                ait.MaxThroughputStrategy(candidates, measure_config=MEASURE))
     wrapped = ait.Module(Attention(causal).eval().to(device), f"attention_{text.replace(',', '_')}", strategy=strategy)
     started = time.perf_counter()
     report = ait.tune(wrapped, [(q, k, v)], device=device, executor=executor)
@@ -106,7 +118,11 @@ def run_shape(text: str, device: torch.device, dtype: torch.dtype, executor, del
     failure = report.failures.get(wrapped.name)
     row["decision"] = f"tuning failed: {failure}" if failure else wrapped.report.decision
     row["kept_eager"] = wrapped.backend is None
-    result = wrapped.report.results[0] if wrapped.report and wrapped.report.results else None
+    results = wrapped.report.results if wrapped.report else []
+    result = next((r for r in results if r.key == wrapped.report.chosen), results[0] if results else None)
+    spec = (result.spec.get("delegate") or {}) if result is not None else {}
+    mode = (spec.get("config") or {}).get("mode")
+    row["delegate"] = spec.get("type", "").rpartition(":")[2] + (f" ({mode})" if mode else "")
     plan = (result.state.get("kernel_plan") or {}) if result is not None else {}
     chosen = next((r for r in plan.get("results", []) if r.get("selected")), None)
     row["chosen"] = chosen["description"] if chosen else "original (no replacement)"
@@ -142,6 +158,8 @@ def judge(row: dict) -> None:
     row["chosen_short"] = names.get(row["chosen"], row["chosen"])
     if row["kept_eager"] and row["chosen"] != "original (no replacement)":
         row["chosen_short"] += " (the module kept eager)"
+    elif not row["kept_eager"] and row.get("delegate"):
+        row["chosen_short"] += f" in {row['delegate']}"
 
 
 def _ms(value: float | None) -> str:
@@ -184,14 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default=None, help="float16 or bfloat16 on GPU (default float16); CPU: float32")
     parser.add_argument("--shapes", nargs="*", default=None, help="B,H,S,D[,causal] each (default: by device)")
     parser.add_argument("--executor", default="inline", choices=["inline", "ray"])
-    parser.add_argument("--delegate", default="eager", choices=["eager", "jit"],
-                        help="the backend KernelSelectorBackend builds around the plan")
+    parser.add_argument("--delegate", default=None,
+                        help=f"comma list of {sorted(DELEGATES)}: the backends KernelSelectorBackend builds around "
+                        "the plan; with several, MaxThroughput picks among them (jit-ro: Inductor with CUDA graphs). "
+                        "Default: eager,jit,jit-ro on a GPU, eager on the CPU")
     parser.add_argument("--out", default=None, help="write the markdown table (and a .json beside it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else torch.float32)
     shapes = args.shapes or (GPU_SHAPES if device.type == "cuda" else CPU_SHAPES)
+    args.delegate = args.delegate or ("eager,jit,jit-ro" if device.type == "cuda" else "eager")
     where = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     rows = []
     with (ait.InlineExecutor() if args.executor == "inline" else ait.RayExecutor()) as executor:

@@ -28,6 +28,8 @@ from tests.ray_helpers import HelperConfig  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 ROOT = str(Path(__file__).resolve().parent.parent)
+# Workers import this checkout, and whatever the driver could import (a Ray installed on PYTHONPATH).
+WORKER_PATH = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
 
 
@@ -35,7 +37,7 @@ FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_sec
 @pytest.fixture(scope="module")
 def executor(tmp_path_factory):
     ray.init(include_dashboard=False, log_to_driver=False, num_cpus=2, num_gpus=2,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+             runtime_env={"env_vars": {"PYTHONPATH": WORKER_PATH}})
     ex = RayExecutor(task_timeout_s=60, max_actor_restarts=5, log_dir=str(tmp_path_factory.mktemp("actor-logs")))
     try:
         ex.open()

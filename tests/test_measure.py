@@ -210,11 +210,12 @@ class FakeClock:
     def perf_counter(self):
         return self.now
 
-    def time_once(self, fn, device):
-        fn()
+    def time_once(self, fn, device, calls=1):
+        for _ in range(calls):
+            fn()
         ms = self.times_ms[self.index % len(self.times_ms)]
         self.index += 1
-        self.now += ms / 1e3
+        self.now += ms * calls / 1e3
         return ms
 
 
@@ -366,3 +367,22 @@ def test_measure_interleaved_alternates_and_times_each():
     assert all(t.runs == 6 and t.batch_size == 2 for t in result.values())
     assert result["b"].median_ms > 2.0
     assert result["b"].median_ms > 5 * result["a"].median_ms
+
+
+def test_short_gpu_calls_are_timed_in_bursts_long_ones_one_by_one(fake_clock, monkeypatch):
+    from aitune_ray.measure import timing
+
+    cuda = torch.device("cuda")   # only its type is read: the clock and the synchronization are faked
+    monkeypatch.setattr(timing, "_sync", lambda device: None)
+    fake_clock([0.05])
+    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0, max_burst=64) == 20
+    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0, max_burst=8) == 8
+    assert timing.burst_length(lambda: None, CPU, burst_ms=1.0) == 1        # off the GPU: one call at a time
+    fake_clock([2.5])
+    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0) == 1       # long calls: one at a time
+    fake_clock([0.1])
+    calls = []
+    cfg = MeasureConfig(warmup_runs=0, min_runs=4, max_runs=4, max_seconds=100.0, burst_ms=1.0)
+    result = measure(lambda: calls.append(1), cuda, 1, cfg)
+    assert result.runs == 4 and len(calls) == 3 + 4 * 10   # 3 probe calls, then 4 bursts of 10
+    assert result.median_ms == pytest.approx(0.1)          # per call, not per burst

@@ -31,6 +31,8 @@ from tests.ray_helpers import (  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 ROOT = str(Path(__file__).resolve().parent.parent)
+# Workers import this checkout, and whatever the driver could import (a Ray installed on PYTHONPATH).
+WORKER_PATH = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
 
 
@@ -52,7 +54,8 @@ def fast(**config) -> FastBackend:
 
 def ray_init(**kwargs):
     ray.init(include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}}, **kwargs)
+             runtime_env={"env_vars": {"PYTHONPATH": WORKER_PATH}},
+             **kwargs)
 
 
 class TestOneNode:

@@ -1,9 +1,17 @@
-"""Latency measurement: warm up, then time until the spread is small or a budget is spent."""
+"""Latency measurement: warm up, then time until the spread is small or a budget is spent.
+
+On a GPU, a call shorter than burst_ms is timed in bursts: CUDA events around several calls made back to
+back, the time per call being the burst's time over its length. Host and GPU then overlap as they do in
+a serving loop, and the launch latency and synchronization noise that dominate a single short call (tens
+of microseconds, as much as the kernel itself) are spread over the burst. Calls of burst_ms or longer are
+timed one at a time.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 import time
 from typing import Callable
@@ -20,6 +28,8 @@ class MeasureConfig:
     max_runs: int = 200
     max_cv: float = 0.05           # stop once the coefficient of variation is below this
     max_seconds: float = 2.0       # time budget per batch size, warm-up excluded
+    burst_ms: float = 1.0          # on a GPU, shorter calls are timed in back-to-back bursts this long
+    max_burst: int = 64            # calls per burst at most
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -57,18 +67,30 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_once(fn: Callable[[], object], device: torch.device) -> float:
-    """One call's latency in milliseconds (CUDA events on GPU, perf_counter elsewhere)."""
+def _time_once(fn: Callable[[], object], device: torch.device, calls: int = 1) -> float:
+    """Milliseconds per call over calls back-to-back calls (CUDA events on GPU, perf_counter elsewhere)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        return float(start.elapsed_time(end))
+        return float(start.elapsed_time(end)) / calls
     t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) * 1e3 / calls
+
+
+def burst_length(fn: Callable[[], object], device: torch.device, burst_ms: float = 1.0, max_burst: int = 64) -> int:
+    """Calls per timed burst: 1 off the GPU or for calls of burst_ms or more, else enough to fill burst_ms."""
+    if device.type != "cuda" or burst_ms <= 0 or max_burst <= 1:
+        return 1
+    single = min(_time_once(fn, device) for _ in range(3))
+    if single >= burst_ms:
+        return 1
+    return max(1, min(max_burst, math.ceil(burst_ms / max(single, 1e-3))))
 
 
 def _stats(times: list[float], batch_size: int) -> Timing:
@@ -88,10 +110,11 @@ def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
         for _ in range(cfg.warmup_runs):
             fn()
         _sync(device)
+        calls = burst_length(fn, device, cfg.burst_ms, cfg.max_burst)
         times: list[float] = []
         deadline = time.perf_counter() + cfg.max_seconds
         while len(times) < cfg.max_runs:
-            times.append(_time_once(fn, device))
+            times.append(_time_once(fn, device, calls))
             if len(times) >= cfg.min_runs:
                 if _stats(times, batch_size).cv <= cfg.max_cv or time.perf_counter() > deadline:
                     break
@@ -115,15 +138,18 @@ def profile_samples(call: Callable, samples, device: torch.device,
 
 
 def measure_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, batch_size: int,
-                        rounds: int = 30, warmup_runs: int = 3) -> dict[str, Timing]:
-    """Time several callables in turn (A B C A B C ...) so that drift hits them alike."""
+                        rounds: int = 30, warmup_runs: int = 3, burst_ms: float = 1.0,
+                        max_burst: int = 64) -> dict[str, Timing]:
+    """Time several callables in turn (A B C A B C ...) so that drift hits them alike. Each gets the
+    same burst length (the one the fastest needs), so that all are timed alike."""
     with torch.no_grad():
         for fn in fns.values():
             for _ in range(warmup_runs):
                 fn()
         _sync(device)
+        calls = max((burst_length(fn, device, burst_ms, max_burst) for fn in fns.values()), default=1)
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
-                times[name].append(_time_once(fn, device))
+                times[name].append(_time_once(fn, device, calls))
     return {name: _stats(t, batch_size) for name, t in times.items()}
