@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|backends|ray|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -37,6 +37,10 @@ for part in $parts; do
         --backends jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
         > "$out/ray_vs_inline.log" 2>&1
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
+    bert)
+      timeout 590 python benchmarks/ray_vs_inline.py --model bert --backends jit,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo,kernels \
+        --runs "ray:$gpus,inline" --run-timeout 340 --out "$out/bert.md" > "$out/bert.log" 2>&1
+      sed -n '1,30p' "$out/bert.md" ;;
     bert-ray)
       timeout 450 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs "ray:$gpus" \
         --run-timeout 430 --out "$out/bert_ray.md" > "$out/bert_ray.log" 2>&1
