@@ -3,13 +3,17 @@
     python benchmarks/ray_vs_inline.py --model mlp --backends onnx,ao-int8wo --gpus 2 --out run.md
     python benchmarks/schedule_sim.py run.json [--gpus 1,2,4,8] [--overhead S] [--times inline|ray]
 
+A file with only a Ray run (no inline run) works too: the Ray run's times are scheduled, and inline is
+estimated as the candidates one after another (plus --serial).
+
 It reads the .json that ray_vs_inline.py writes beside its --out file, takes each candidate's measured
 time (inline by default: one candidate at a time, nothing else running) and places the candidates on N
 GPUs in two ways:
 
 - first-come (list scheduling): in the job's order, each candidate goes to the GPU that frees up first,
   which is what the Ray executor's dispatch does;
-- longest-first: the same, with the candidates sorted longest first (an ordering the executor does not use).
+- longest-first: the same, with the candidates sorted by their measured time, longest first (MaxThroughput
+  orders its jobs by each backend's build-cost estimate, which approximates this).
 
 Modules are tuned one after another, so each module's candidates are scheduled on their own and the
 modules' times add up. The simulated wall time is
@@ -48,10 +52,11 @@ def longest_first(times: list[float], gpus: int) -> tuple[float, list[float]]:
 
 
 def phases(data: dict, source: str = "inline") -> dict[str, list[float]]:
-    """Each module's candidate times in the job's order (the inline run's order), from source's run."""
-    inline = data["inline"]
+    """Each module's candidate times in the job's order (the inline run's order, else the Ray run's), from
+    source's run."""
+    base = data.get("inline") or data["ray"]
     run = data[source]
-    order = inline.get("modules") or {"model": list(inline["candidates"])}
+    order = base.get("modules") or {"model": list(base["candidates"])}
     out = {}
     for module, ids in order.items():
         times = []
@@ -68,19 +73,23 @@ def simulate(data: dict, gpus: int, overhead_s: float | None = None, serial_s: f
              source: str = "inline") -> dict:
     """One row of the simulation for gpus GPUs (all times in seconds)."""
     per_module = phases(data, source)
-    inline = data["inline"]
+    inline = data.get("inline")
     total = sum(sum(t) for t in per_module.values())
     if overhead_s is None:
-        overhead_s = float(data.get("ray", {}).get("overhead_s", 0.0))
+        overhead_s = float(data.get("ray", {}).get("overhead_s") or 0.0)
     if serial_s is None:
-        inline_total = sum(float(c[2]) for c in inline["candidates"].values())
-        serial_s = max(0.0, float(inline["wall_s"]) - inline_total)
+        if inline is not None:
+            inline_total = sum(float(c[2]) for c in inline["candidates"].values())
+            serial_s = max(0.0, float(inline["wall_s"]) - inline_total)
+        else:
+            serial_s = 0.0
     first = sum(list_schedule(t, gpus)[0] for t in per_module.values())
     longest = sum(longest_first(t, gpus)[0] for t in per_module.values())
     critical = sum(max(t, default=0.0) for t in per_module.values())
     fixed = overhead_s + serial_s
     wall_first, wall_longest = fixed + first, fixed + longest
-    measured = float(inline["wall_s"])
+    # Without an inline run, inline is estimated as its serial part plus every candidate one after another.
+    measured = float(inline["wall_s"]) if inline is not None else serial_s + total
     return {"gpus": gpus, "candidate_total_s": total, "overhead_s": overhead_s, "serial_s": serial_s,
             "first_come_s": wall_first, "longest_first_s": wall_longest,
             "speedup_first_come": measured / wall_first, "speedup_longest_first": measured / wall_longest,
@@ -102,9 +111,13 @@ def table(data: dict, gpu_counts: list[int], overhead_s: float | None, serial_s:
                 else ""))
     lines = [title, "",
              f"Candidate times from the {source} run (total {first['candidate_total_s']:.1f} s); fixed overhead "
-             f"{first['overhead_s']:.1f} s; serial part {first['serial_s']:.1f} s; measured inline wall "
-             f"{float(data['inline']['wall_s']):.1f} s. Simulated wall = overhead + serial part + schedule.", "",
-             "| GPUs | simulated wall s, first-come / longest-first | speedup over measured inline | "
+             f"{first['overhead_s']:.1f} s; serial part {first['serial_s']:.1f} s; "
+             + (f"measured inline wall {float(data['inline']['wall_s']):.1f} s" if "inline" in data else
+                f"no inline run: inline estimated as serial part + candidate total = "
+                f"{first['serial_s'] + first['candidate_total_s']:.1f} s")
+             + ". Simulated wall = overhead + serial part + schedule.", "",
+             "| GPUs | simulated wall s, first-come / longest-first | speedup over "
+             + ("measured" if "inline" in data else "estimated") + " inline | "
              "efficiency (speedup / GPUs) | critical path s | simulated wall / critical path |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -116,6 +129,8 @@ def table(data: dict, gpu_counts: list[int], overhead_s: float | None, serial_s:
     if "wall_s" in ray:
         lines += ["", f"Measured for comparison: Ray wall {float(ray['wall_s']):.1f} s on "
                       f"{data.get('gpus', '?')} GPU(s)."]
+    if "inline" not in data:
+        lines += ["", "Without an inline run, first-come follows the Ray run's finishing order, not the job's."]
     lines += ["", "Simulation only: it assumes each candidate takes the same time side by side as it did alone."]
     return "\n".join(lines)
 
@@ -128,10 +143,11 @@ def main() -> int:
                         help="fixed overhead in seconds (default: the measured Ray overhead in the file)")
     parser.add_argument("--serial", type=float, default=None,
                         help="serial part in seconds (default: inline wall minus the inline candidates' total)")
-    parser.add_argument("--times", default="inline", choices=["inline", "ray"],
-                        help="whose per-candidate times to schedule")
+    parser.add_argument("--times", default=None, choices=["inline", "ray"],
+                        help="whose per-candidate times to schedule (default: inline's, else Ray's)")
     args = parser.parse_args()
     data = json.loads(Path(args.json).read_text())
+    args.times = args.times or ("inline" if "inline" in data else "ray")
     print(table(data, [int(n) for n in args.gpus.split(",")], args.overhead, args.serial, args.times))
     return 0
 

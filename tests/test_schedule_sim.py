@@ -74,3 +74,14 @@ def test_command_labels_a_simulation(tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert [line.split("|")[1].strip() for line in rows] == ["1", "2", "4", "8"]
     assert "| 2 | 10.0 / 8.0 |" in out
+
+
+def test_a_ray_only_run_is_simulated_against_an_estimated_inline():
+    data = one_module()
+    del data["inline"]
+    two = schedule_sim.simulate(data, 2, source="ray")
+    # Ray's times (1.5 x 4 and 4.5): inline estimated as their sum 10.5 (no serial part known)
+    assert two["serial_s"] == 0.0 and two["longest_first_s"] == pytest.approx(2 + 6.0)
+    assert two["speedup_longest_first"] == pytest.approx(10.5 / 8.0)
+    text = schedule_sim.table(data, [1, 2], None, None, "ray")
+    assert "SIMULATION" in text and "no inline run" in text and "estimated inline" in text
