@@ -39,11 +39,11 @@ for part in $parts; do
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
     bert)
       timeout 590 python benchmarks/ray_vs_inline.py --model bert --backends jit,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo,kernels \
-        --runs "ray:$gpus,inline" --run-timeout 340 --out "$out/bert.md" > "$out/bert.log" 2>&1
+        --runs "ray:$gpus,inline" --run-timeout 340 --log-dir "$out/actor-logs" --out "$out/bert.md" > "$out/bert.log" 2>&1
       sed -n '1,30p' "$out/bert.md" ;;
     bert-ray)
       timeout 450 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs "ray:$gpus" \
-        --run-timeout 430 --out "$out/bert_ray.md" > "$out/bert_ray.log" 2>&1
+        --run-timeout 430 --log-dir "$out/actor-logs" --out "$out/bert_ray.md" > "$out/bert_ray.log" 2>&1
       sed -n '1,30p' "$out/bert_ray.md" ;;
     bert-inline)
       timeout 590 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs inline \

@@ -63,7 +63,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     root, _ = wrap_model(args.model, model, lambda: ait.MaxThroughputStrategy(
         [BACKENDS[name]() for name in names], measure_config=MeasureConfig(max_seconds=1.0)))
     started_wall, started = time.time(), time.perf_counter()
-    executor = ait.InlineExecutor() if kind == "inline" else ait.RayExecutor(max_actors=gpus)
+    logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
+    executor = ait.InlineExecutor() if kind == "inline" else ait.RayExecutor(max_actors=gpus, log_dir=logs)
     try:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
         overhead = None
@@ -100,7 +101,7 @@ def run_child(run_name: str, args) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
-           "--device", args.device, "--backends", args.backends]
+           "--device", args.device, "--backends", args.backends] + (["--log-dir", args.log_dir] if args.log_dir else [])
     print(f"run {run_name} ...", flush=True)
     started = time.perf_counter()
     try:
@@ -203,6 +204,8 @@ def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds one run may take")
     parser.add_argument("--out", default=None, help="markdown file; a .json beside it holds the numbers "
                         "(benchmarks/schedule_sim.py reads it)")
+    parser.add_argument("--log-dir", default=None, help="keep each Ray run's actor logs here (their warm-up and "
+                        "per-candidate lines), one folder per run")
     parser.add_argument("--include", nargs="*", default=[], help="earlier .json outputs of this benchmark (same "
                         "model and backends) whose runs join the table instead of being run again")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
