@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import types
 
@@ -84,6 +85,28 @@ def test_profiler_attributes_time_to_modules_and_functions():
     assert sample.args[0].dtype == torch.float32 and tuple(sample.args[0].shape) == (2, 16, 32)
     q, k, v = data["scaled_dot_product_attention"][0][1].args
     assert tuple(q.shape) == (2, 4, 16, 8) and q.stride() != q.contiguous().stride()  # layout kept
+
+
+def test_profiler_asks_kineto_to_release_cupti_when_the_trace_stops(monkeypatch):
+    """Kineto reads TEARDOWN_CUPTI when a trace stops; "1" detaches CUPTI, so that later kernel launches in
+    this process (the timing of candidates) do not pay for the profiler. A caller's own value is kept."""
+    from aitune_ray.kernel_forge import profiler as profiler_module
+
+    seen = []
+    real = profiler_module.profile
+
+    class Recording(real):
+        def __exit__(self, *exc):
+            seen.append(os.environ.get("TEARDOWN_CUPTI"))
+            return super().__exit__(*exc)
+
+    monkeypatch.setattr(profiler_module, "profile", Recording)
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    ModuleFunctionKernelProfiler().profile(ForgeBlock().eval(), block_samples((2,)), warmup_iterations=0)
+    assert seen == ["1"] and "TEARDOWN_CUPTI" not in os.environ
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    ModuleFunctionKernelProfiler().profile(ForgeBlock().eval(), block_samples((2,)), warmup_iterations=0)
+    assert seen == ["1", "0"] and os.environ["TEARDOWN_CUPTI"] == "0"
 
 
 def test_profiler_keeps_values_apart_and_ignores_calls_outside_the_module():

@@ -6,16 +6,23 @@ hooks on every submodule say which module is running. Afterwards each profiler e
 to the nearest enclosing call range: on CUDA the kernels its ops launched (kernel time), on CPU the
 ops' own CPU time. The mode also keeps each function's distinct inputs (exact shapes, dtypes,
 strides and non-tensor values) with how many calls had them.
+
+A CUDA trace is made with TEARDOWN_CUPTI=1 (unless the caller set it): without it, Kineto leaves CUPTI
+attached to the process after the trace, and every later kernel launch costs more (pytorch issue
+144455). Timing done after profiling, in the same process, would then hold that cost against whatever
+was measured second.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import itertools
 import logging
+import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +106,19 @@ def _prime_cuda_profiler() -> None:
         _cuda_primed = True
 
 
+@contextlib.contextmanager
+def _cupti_released() -> Iterator[None]:
+    """TEARDOWN_CUPTI=1 while the profiler runs and stops (Kineto reads it then), unless already set."""
+    if "TEARDOWN_CUPTI" in os.environ:   # the caller's choice (torch sets "0" where CUDA graphs need it)
+        yield
+        return
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TEARDOWN_CUPTI", None)
+
+
 class _Recorder(TorchFunctionMode):
     """Opens a profiler range per functional call made inside the module; keeps distinct samples."""
 
@@ -165,7 +185,7 @@ class ModuleFunctionKernelProfiler:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         handles = self._hook_modules(named)
         try:
-            with profile(activities=activities) as prof, torch.no_grad():
+            with _cupti_released(), profile(activities=activities) as prof, torch.no_grad():
                 with _Recorder(self):
                     _run(function, data)
                 if cuda:
