@@ -11,7 +11,6 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import importlib.util
-import itertools
 import logging
 import os
 import re
@@ -30,7 +29,7 @@ from actors.forge import ForgeWork
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.cluster import artifacts
-from aitune_ray.measure.timing import MeasureConfig, measure_interleaved, profile_samples
+from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
 from aitune_ray.results import ERROR, CandidateJob
 
 logger = logging.getLogger(__name__)
@@ -259,19 +258,13 @@ class TunerActor:
                 errors[finalist["key"]] = f"{type(exc).__name__}: {exc}"
         calls: dict[str, Any] = {"eager": module}
         calls.update({key: backend.infer for key, backend in backends.items()})
-        eager: dict[int, dict] = {}
-        timed: dict[str, dict[int, dict]] = {key: {} for key in backends}
         try:
-            for bs in samples.batch_sizes():
-                group = [s for s in samples if s.batch_size == bs]
-                fns = {key: _cycling(call, group) for key, call in calls.items()}
-                timings = measure_interleaved(fns, device, bs, rounds=rounds)
-                eager[bs] = timings.pop("eager").to_dict()
-                for key, timing in timings.items():
-                    timed[key][bs] = timing.to_dict()
+            timed = profile_side_by_side(calls, samples, device, rounds)
         finally:
             for backend in backends.values():
                 backend.deactivate()
+        eager = {bs: t.to_dict() for bs, t in timed.pop("eager").items()}
+        timed = {key: {bs: t.to_dict() for bs, t in per.items()} for key, per in timed.items()}
         logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self._identity["gpu"])
         return {"eager": eager, "results": timed, "errors": errors, "node": self._identity["node"],
                 "gpu": self._identity["gpu"]}
@@ -294,14 +287,3 @@ class TunerActor:
     def forge_interleaved(self, box: list, intent: str, function: str, providers: list[dict], rounds: int) -> dict:
         """The original and providers timed in turn (A B A B ...) here."""
         return self._forge.interleaved(box, self.device_for(intent), function, providers, rounds)
-
-
-def _cycling(call, group):
-    cycle = itertools.cycle(group)
-
-    def once():
-        sample = next(cycle)
-        return call(*sample.args, **sample.kwargs)
-
-    return once
-

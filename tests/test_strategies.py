@@ -6,11 +6,13 @@ import pytest
 import torch
 
 import aitune_ray as ait
+from aitune_ray.cluster import InlineExecutor
 from aitune_ray.errors import CorrectnessError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import OK, BuildResult
-from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, SkewedBackend,
-                           SleepyAffine, SlowBackend, WrongBackend, fresh_counters, helper, reset_calls)
+from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, HelperConfig,
+                           SkewedBackend, SleepyAffine, SlowBackend, WrongBackend, fresh_counters, helper,
+                           reset_calls)
 
 EAGER_DELAY = 0.01
 
@@ -299,3 +301,36 @@ def test_max_throughput_starts_costly_builds_first_and_first_wins_keeps_priority
     assert [job.key for job in ait.FirstWinsStrategy(backends).jobs()] == keys
     # the original position still travels with each job
     assert sorted(job.priority for job in ait.MaxThroughputStrategy(backends).jobs()) == [0, 1, 2, 3]
+
+
+class DriftingBackend(FastBackend):
+    """Slower than eager while it is first timed (as on a GPU that was throttled then), fast once it is
+    activated again, which the inline executor does to re-measure finalists."""
+
+    def _build(self, module, samples, device, workdir) -> None:
+        super()._build(module, samples, device, workdir)
+        self.reactivated = False
+
+    def _activate(self) -> None:
+        self.reactivated = True
+
+    def _sleep_for(self, x):
+        return 0.0 if self.reactivated else 1.5 * EAGER_DELAY
+
+
+@pytest.mark.parametrize("rounds", [10, 0])
+def test_inline_max_throughput_remeasures_finalists_beside_eager_before_deciding(rounds):
+    drifting = DriftingBackend(HelperConfig(tag="drifting"))
+    module = recorded(ait.MaxThroughputStrategy([drifting], measure_config=FAST_MEASURE))
+    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=rounds))
+    result = result_of(report, drifting)
+    raw = result.timings[4]["median_ms"]
+    assert raw > 1.2 * EAGER_DELAY * 1e3                       # first timed: slower than eager
+    if rounds:
+        again = result.remeasured[4]
+        assert again["runs"] == rounds and again["median_ms"] < 0.5 * EAGER_DELAY * 1e3
+        assert report.remeasured_baseline[4]["runs"] == rounds
+        assert report.chosen == drifting.key()                  # judged on the side-by-side numbers
+    else:
+        assert not result.remeasured and not report.remeasured_baseline
+        assert report.chosen is None                             # the first numbers alone keep eager

@@ -8,8 +8,8 @@ from typing import Iterator
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
-from aitune_ray.errors import BuildError
-from aitune_ray.measure.timing import Timing, profile_samples
+from aitune_ray.errors import BuildError, ConfigError
+from aitune_ray.measure.timing import Timing, profile_samples, profile_side_by_side
 from aitune_ray.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
@@ -37,9 +37,17 @@ class _InlineHandle(RunHandle):
 
 
 class InlineExecutor(Executor):
-    """Runs builds sequentially in the calling process, keeping the built backends alive."""
+    """Runs builds sequentially in the calling process, keeping the built backends alive.
 
-    def __init__(self):
+    remeasure_rounds: before MaxThroughput decides, eager and the finalists are timed again in turn
+    (A B A B ..., this many rounds per batch size): each candidate was first timed at its own moment, after
+    the builds before it, and a slow drift (clocks, heat, whatever a build left running) would otherwise
+    decide between close candidates. 0 keeps the first numbers."""
+
+    def __init__(self, remeasure_rounds: int = 30):
+        if remeasure_rounds < 0:
+            raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
+        self.remeasure_rounds = remeasure_rounds
         self._built: dict[tuple[str, str], Backend] = {}
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
@@ -47,6 +55,26 @@ class InlineExecutor(Executor):
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         return _InlineHandle(self, context, jobs)
+
+    def remeasure(self, context: TuneContext, results: list[BuildResult],
+                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
+        backends = {r.key: self._built.get((context.name, r.key)) for r in results}
+        backends = {key: b for key, b in backends.items() if b is not None}
+        if not self.remeasure_rounds or not backends:
+            return None
+        calls = {"eager": context.module}
+        for key, backend in backends.items():
+            backend.activate()
+            calls[key] = backend.infer
+        try:
+            timed = profile_side_by_side(calls, context.samples, context.device, self.remeasure_rounds)
+        finally:
+            for backend in backends.values():
+                backend.deactivate()
+        for r in results:
+            r.remeasured = {bs: t.to_dict() for bs, t in timed.get(r.key, {}).items()}
+        logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(backends))
+        return timed["eager"]
 
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
         backend = self._built.get((context.name, result.key))

@@ -126,14 +126,7 @@ def profile_samples(call: Callable, samples, device: torch.device,
     """Time call(*args, **kwargs) at every recorded batch size, cycling through that size's samples."""
     timings: dict[int, Timing] = {}
     for bs in samples.batch_sizes():
-        group = [s for s in samples if s.batch_size == bs]
-        cycle = itertools.cycle(group)
-
-        def once():
-            s = next(cycle)
-            return call(*s.args, **s.kwargs)
-
-        timings[bs] = measure(once, device, bs, config)
+        timings[bs] = measure(_cycling(call, [s for s in samples if s.batch_size == bs]), device, bs, config)
     return timings
 
 
@@ -153,3 +146,26 @@ def measure_interleaved(fns: dict[str, Callable[[], object]], device: torch.devi
             for name, fn in fns.items():
                 times[name].append(_time_once(fn, device, calls))
     return {name: _stats(t, batch_size) for name, t in times.items()}
+
+
+def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.device,
+                         rounds: int = 30) -> dict[str, dict[int, Timing]]:
+    """Time every call(*args, **kwargs) in turn (A B A B ...) at each recorded batch size, cycling through
+    that size's samples: {name: {batch size: Timing}}."""
+    timed: dict[str, dict[int, Timing]] = {name: {} for name in calls}
+    for bs in samples.batch_sizes():
+        group = [s for s in samples if s.batch_size == bs]
+        fns = {name: _cycling(call, group) for name, call in calls.items()}
+        for name, timing in measure_interleaved(fns, device, bs, rounds=rounds).items():
+            timed[name][bs] = timing
+    return timed
+
+
+def _cycling(call: Callable, group: list) -> Callable[[], object]:
+    cycle = itertools.cycle(group)
+
+    def once():
+        sample = next(cycle)
+        return call(*sample.args, **sample.kwargs)
+
+    return once
