@@ -158,12 +158,16 @@ class TestOneNode:
         assert all(f"raw_latency_ms_bs{bs}" in row for row in rows for bs in (1, 4))
         assert "Re-measured side by side" in report.markdown()
 
-    def test_no_remeasure_when_one_gpu_measured_everything(self, executor):
+    def test_finalists_measured_on_one_gpu_are_remeasured_there_too(self, executor):
+        """Numbers of one GPU taken at different times drift as well: they are re-measured beside eager."""
         module = recorded("one-gpu", None)
         context = TuneContext("one-gpu", module.module, module.samples, torch.device("cpu"))
-        same = [BuildResult(key=k, backend="FastBackend", spec=fast(tag=i).spec(), status=OK, node="n", gpu="g")
-                for i, k in enumerate("ab")]
-        assert executor.remeasure(context, same, {}) is None
+        where = executor.pool.alive()[1].identity()
+        same = [BuildResult(key=k, backend="FastBackend", spec=fast(tag=i).spec(), status=OK, node=where["node"],
+                            gpu=where["gpu"]) for i, k in enumerate("ab")]
+        eager = executor.remeasure(context, same, {})
+        assert set(eager) == {1, 4} and all(t.runs == 5 for t in eager.values())
+        assert all(set(r.remeasured) == {1, 4} for r in same)
 
     def test_ctrl_c_cancels_outstanding_work(self, executor):
         def interrupt(event):

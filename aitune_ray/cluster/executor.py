@@ -75,8 +75,8 @@ class Executor(ABC):
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
         """Re-time finalists and eager side by side (A B A B ...) on one device, filling each
-        result.remeasured. Returns the re-measured eager baseline, or None when there was nothing to do
-        because every number already comes from one device."""
+        result.remeasured. Returns the re-measured eager baseline, or None when this executor does not
+        re-measure (then the first numbers decide)."""
         return None
 
     @abstractmethod

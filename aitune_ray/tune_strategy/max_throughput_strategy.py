@@ -11,8 +11,8 @@ logger = logging.getLogger(__name__)
 
 
 class MaxThroughputStrategy(TuneStrategy):
-    """remeasure_margin: finalists within this fraction of the best are re-timed side by side on one
-    device before the choice, when the executor measured them on different devices."""
+    """remeasure_margin: finalists within this fraction of the best are re-timed side by side with eager
+    on one device before the choice (by executors that re-measure: inline and Ray both do)."""
 
     def __init__(self, backends, *, remeasure_margin: float = 0.10, **kwargs):
         super().__init__(backends, **kwargs)
