@@ -136,13 +136,8 @@ def _call(func: Callable, item: Any) -> None:
         func(item)
 
 
-def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None) -> TuningReport:
-    """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
-    recording every wrapped Module reached, then tune each one. Returns a TuningReport."""
-    if _devices_are_local(executor):
-        resolve_device(device)  # fail before recording when this machine lacks the device
-    if isinstance(dataset, torch.Tensor):
-        dataset = [dataset]
+def _record(func: Callable, dataset: Iterable) -> list[Module]:
+    """Call func on every item under a recording session; the wrapped Modules that recorded calls."""
     items = 0
     with recording_session() as reached, torch.no_grad():
         for index, item in enumerate(dataset):
@@ -164,7 +159,25 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
     if not modules:
         raise RecordingError("no aitune_ray.Module was called by the function: wrap the modules to tune "
                              "with aitune_ray.Module(...)")
-    report = tune_modules(modules, device=device, executor=executor)
+    return modules
+
+
+def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None) -> TuningReport:
+    """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
+    recording every wrapped Module reached, then tune each one. Returns a TuningReport."""
+    if _devices_are_local(executor):
+        resolve_device(device)  # fail before recording when this machine lacks the device
+    if isinstance(dataset, torch.Tensor):
+        dataset = [dataset]
+    own = executor is None
+    executor = executor or default_executor()
+    try:
+        executor.open()   # a Ray executor's actors start up while this process records
+        modules = _record(func, dataset)
+        report = tune_modules(modules, device=device, executor=executor)
+    finally:
+        if own:
+            executor.close()
     logger.info("tuning finished\n%s", report.markdown())
     return report
 
