@@ -82,7 +82,7 @@ class ModuleReport:
         return head + "\n".join(lines) + self._remeasured_text() + f"\n\nDecision: {self.decision}\n"
 
     def _remeasured_text(self) -> str:
-        """Finalists re-timed side by side on one GPU: the re-measured p50 ms, the raw one in brackets."""
+        """Finalists re-timed beside eager on one device: the re-measured p50 ms, the raw one in brackets."""
         if not self.remeasured_baseline:
             return ""
         parts = []
@@ -91,7 +91,7 @@ class ModuleReport:
                 cells = [f"bs{bs} {_num(row[f'latency_ms_bs{bs}'])} ({_num(row[f'raw_latency_ms_bs{bs}'])})"
                          for bs in self.call_mix]
                 parts.append(f"{row['backend']}: " + ", ".join(cells))
-        return "\n\nRe-measured side by side on one GPU, p50 ms (raw): " + "; ".join(parts)
+        return "\n\nRe-measured side by side with eager on one device, p50 ms (raw): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
