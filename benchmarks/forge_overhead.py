@@ -102,7 +102,8 @@ def main() -> int:
             f"| F.sdpa, before the KernelSelector builds profiled | {before.median_ms * 1e3:.1f} | {before_b2b:.1f} |"]
     for name, fn in paths.items():
         rows.append(f"| {name} | {latency[name].median_ms * 1e3:.1f} | {back_to_back_us(fn, device):.1f} |")
-    print(f"\n### Host overhead of kernel replacement, {shape} {dtype}, {torch.cuda.get_device_name() if gpu else 'CPU'}\n")
+    where = torch.cuda.get_device_name() if gpu else "CPU"
+    print(f"\n### Host overhead of kernel replacement, {shape} {dtype}, {where}\n")
     print("\n".join(rows))
     target = paths[f"KernelSelectorBackend.infer ({names[-1]} plan)"]
     profiler = cProfile.Profile()
