@@ -144,6 +144,30 @@ class TestOneNode:
         cancelled = [e for e in events if e["key"] == last.key() and e["event"] == "done"]
         assert [e["status"] for e in cancelled] == ["cancelled"]
 
+    def test_builds_start_on_the_other_actors_while_one_times_eager(self, executor):
+        events, order = [], []
+        executor.progress = events.append
+        real = executor.baseline
+
+        def baseline(context):
+            order.append(("baseline", [e["event"] for e in events]))   # what had happened when it began
+            return real(context)
+
+        executor.baseline = baseline
+        before = {st["slot"]: st["baselines"] for st in executor.actor_stats()}
+        try:
+            only = fast(tag=7, build_s=1.0)
+            report = recorded("overlap", max_throughput([only])).tune(executor=executor)
+        finally:
+            executor.progress = None
+            del executor.baseline
+        assert order == [("baseline", ["building"])]          # the build was under way before eager was timed
+        (result,) = report.results
+        assert result.ok and report.baseline
+        timed_eager = [st["slot"] for st in executor.actor_stats() if st["baselines"] > before.get(st["slot"], 0)]
+        assert len(timed_eager) == 1
+        assert result.gpu != executor.pool.slots[timed_eager[0]].identity()["gpu"]   # on the other actor
+
     def test_remeasure_when_finalists_ran_on_different_gpus(self, executor):
         strategy = max_throughput([fast(tag=1), fast(tag=2)], remeasure_margin=100.0)
         report = recorded("remeasure", strategy).tune(executor=executor)

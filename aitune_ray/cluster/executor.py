@@ -72,6 +72,11 @@ class Executor(ABC):
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         """Start the jobs; results come back through the handle in completion order."""
 
+    def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        """submit(), called before baseline(context): a parallel executor may start building on the
+        devices the baseline does not use. By default the same as submit()."""
+        return self.submit(context, jobs)
+
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
         """Re-time finalists and eager side by side (A B A B ...) on one device, filling each

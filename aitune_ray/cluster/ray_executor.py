@@ -100,6 +100,18 @@ class _RayHandle(RunHandle):
         self._inflight: dict = {}     # ObjectRef -> _Task
         self._cancelled = False
 
+    def start(self) -> None:
+        """Keep one actor for the eager baseline and start the first builds on the others now, so that
+        they overlap the baseline (not when kernel plans are pending: their profiling on the driver comes
+        first, after the baseline, as it always did)."""
+        if self._plans or not self._queue:
+            return
+        slot = self._ex.pool.acquire()
+        if slot is None:
+            return
+        self._ex._baseline_slots[self._ctx.name] = slot
+        self._dispatch()
+
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
         try:
@@ -145,6 +157,9 @@ class _RayHandle(RunHandle):
             return
         self._cancelled = True
         self._queue.clear()
+        kept = self._ex._baseline_slots.pop(self._ctx.name, None)
+        if kept is not None:   # the baseline never ran (an error before it)
+            kept.busy = False
         for plan in self._plans:
             plan.cancel()
             self._ex._emit(self._ctx, plan.job, "done", CANCELLED, {}, time.monotonic() - plan.started)
@@ -296,6 +311,7 @@ class RayExecutor(Executor):
         self.puts = 0                   # ray.put calls made for modules and samples
         self._own_ray = False
         self._boxes: dict[str, tuple] = {}
+        self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -337,6 +353,7 @@ class RayExecutor(Executor):
             self.pool.shutdown()
             self.pool = None
         self._boxes.clear()
+        self._baseline_slots.clear()
         if self._own_ray and ray.is_initialized():
             ray.shutdown()
         self._own_ray = False
@@ -447,15 +464,26 @@ class RayExecutor(Executor):
 
     # ----- Executor -----------------------------------------------------------------------------
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        slot = self._slot()
-        ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
-                                         context.measure.to_dict())
-        data = self._call(slot, ref, f"eager baseline of {context.name}")
+        """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any."""
+        kept = self._baseline_slots.pop(context.name, None)
+        slot = kept if kept is not None and kept.alive else self._slot()
+        try:
+            ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
+                                             context.measure.to_dict())
+            data = self._call(slot, ref, f"eager baseline of {context.name}")
+        finally:
+            if kept is not None:
+                kept.busy = False
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         self.open()
         return _RayHandle(self, context, jobs)
+
+    def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        handle = self.submit(context, jobs)
+        handle.start()
+        return handle
 
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:

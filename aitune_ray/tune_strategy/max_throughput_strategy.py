@@ -14,6 +14,8 @@ class MaxThroughputStrategy(TuneStrategy):
     """remeasure_margin: finalists within this fraction of the best are re-timed side by side with eager
     on one device before the choice (by executors that re-measure: inline and Ray both do)."""
 
+    overlap_baseline = True   # eager is timed again beside the finalists before the decision
+
     def __init__(self, backends, *, remeasure_margin: float = 0.10, **kwargs):
         super().__init__(backends, **kwargs)
         self.remeasure_margin = remeasure_margin

@@ -26,6 +26,10 @@ class TuneStrategy(ABC):
     noise_tolerance: and be no more than this fraction slower than eager at any recorded batch size.
     """
 
+    #: Whether builds may start while eager is first timed (only for strategies that time eager again
+    #: beside their finalists before deciding).
+    overlap_baseline = False
+
     def __init__(self, backends: Iterable[Backend], *, tolerance: float | dict[str, float] | None = None,
                  min_speedup_ratio: float = 0.01, noise_tolerance: float = 0.03,
                  measure_config: MeasureConfig | None = None):
@@ -69,16 +73,21 @@ class TuneStrategy(ABC):
 
     def tune(self, context: TuneContext, executor: Executor) -> ModuleReport:
         """Run the candidates through executor and fill a report; report.chosen is None for eager."""
-        baseline = executor.baseline(context)
-        report = ModuleReport(module=context.name, strategy=self.name, device=str(context.device),
-                              call_mix=context.samples.call_mix(),
-                              baseline={bs: t.to_dict() for bs, t in baseline.items()})
-        context.report = report
-        handle = executor.submit(context, self.jobs())
+        # A strategy that re-measures eager beside its finalists before deciding may let a parallel executor
+        # start building while eager is first timed; the others time eager first, with nothing running.
+        handle = executor.submit_early(context, self.jobs()) if self.overlap_baseline else None
         try:
+            baseline = executor.baseline(context)
+            if handle is None:
+                handle = executor.submit(context, self.jobs())
+            report = ModuleReport(module=context.name, strategy=self.name, device=str(context.device),
+                                  call_mix=context.samples.call_mix(),
+                                  baseline={bs: t.to_dict() for bs, t in baseline.items()})
+            context.report = report
             self._decide(context, executor, handle, baseline, report)
         finally:
-            handle.cancel()
+            if handle is not None:
+                handle.cancel()
         logger.info("[%s] %s", context.name, report.decision)
         return report
 
