@@ -344,3 +344,19 @@ def test_ray_job_submit_on_a_local_cluster(tmp_path):
     assert report["job"]["executor"]["type"] == "ray"
     assert report["checkpoint_check"]["passed"]
     assert_checkpoint_matches_eager(out / "mlp.ait")
+
+
+def test_gpu_pipeline_job_passes_the_schema_and_builds_its_bf16_model():
+    from aitune_ray.job import load_job
+
+    job = load_job(REPO / "examples" / "pipeline" / "job_gpu.yaml")
+    types = [b.type for b in job.backends]
+    assert job.strategy.type == "MaxThroughput" and len(types) >= 8 and [m.name for m in job.modules] == \
+        ["encoder", "head"]
+    assert {"TorchInductorJitBackend", "TorchInductorAotBackend", "TorchAOBackend", "ONNXRuntimeBackend",
+            "KernelSelectorBackend"} <= set(types)
+    model, data = job.make_model(), job.make_data()
+    assert next(model.encoder.parameters()).dtype == torch.bfloat16
+    assert data[0]["signal"].dtype == torch.bfloat16 and data[0]["signal"].shape == (8, 64, 1024)
+    with torch.no_grad():
+        assert model(**data[0]).shape == (8, 10)

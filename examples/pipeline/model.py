@@ -47,15 +47,18 @@ class Pipeline:
         return self.head(self.encoder(signal))
 
 
-def make_model(channels: int = 8, features: int = 64, classes: int = 10, seed: int = 0) -> Pipeline:
+def make_model(channels: int = 8, features: int = 64, classes: int = 10, seed: int = 0,
+               dtype: str = "float32") -> Pipeline:
+    """dtype: the parameters' dtype by name (float32, bfloat16, float16)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return Pipeline(Encoder(channels, features).eval(), Head(features, classes).eval())
+        kind = getattr(torch, dtype)
+        return Pipeline(Encoder(channels, features).eval().to(kind), Head(features, classes).eval().to(kind))
 
 
 def make_data(batch_sizes=(2, 8), per_batch_size: int = 3, channels: int = 8, length: int = 128,
-              seed: int = 1) -> list[dict]:
+              seed: int = 1, dtype: str = "float32") -> list[dict]:
     """Items are dicts, passed to the pipeline as keyword arguments."""
     generator = torch.Generator().manual_seed(seed)
-    return [{"signal": torch.randn(bs, channels, length, generator=generator)}
+    return [{"signal": torch.randn(bs, channels, length, generator=generator).to(getattr(torch, dtype))}
             for bs in batch_sizes for _ in range(per_batch_size)]
