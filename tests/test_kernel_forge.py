@@ -109,6 +109,21 @@ def test_profiler_asks_kineto_to_release_cupti_when_the_trace_stops(monkeypatch)
     assert seen == ["1", "0"] and os.environ["TEARDOWN_CUPTI"] == "0"
 
 
+def test_a_cuda_trace_without_kernels_is_made_once_more(monkeypatch, caplog):
+    """Kineto traces without GPU activity when CUPTI is still being torn down: the profiler tries again."""
+    from aitune_ray.kernel_forge import profiler as profiler_module
+
+    columns = list(profiler_module.PROFILE_COLUMNS)
+    empty, full = pd.DataFrame(columns=columns), pd.DataFrame([["m", "M", "gelu", "op", "k", 1.0]], columns=columns)
+    traces = [(empty, {}), (full, {"gelu": []})]
+    monkeypatch.setattr(profiler_module, "_uses_cuda", lambda module, data: True)
+    monkeypatch.setattr(ModuleFunctionKernelProfiler, "_trace", lambda self, *args: traces.pop(0))
+    frame, data = ModuleFunctionKernelProfiler().profile(ForgeBlock().eval(), block_samples((2,)),
+                                                         warmup_iterations=0)
+    assert frame is full and data == {"gelu": []} and not traces
+    assert "profiling again" in caplog.text
+
+
 def test_profiler_keeps_values_apart_and_ignores_calls_outside_the_module():
     class TwoGelus(nn.Module):
         def forward(self, x):

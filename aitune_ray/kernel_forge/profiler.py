@@ -100,9 +100,12 @@ def _prime_cuda_profiler() -> None:
     """Some profiler stacks drop kernels of a process's first session: run one and throw it away."""
     global _cuda_primed
     if not _cuda_primed:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        with _cupti_released(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
             torch.zeros(1, device="cuda").relu_()
             torch.cuda.synchronize()
+        # Kineto finalizes CUPTI at the next CUDA API call after a trace, and a trace that starts before
+        # that waits for it: make one now.
+        torch.cuda.synchronize()
         _cuda_primed = True
 
 
@@ -174,6 +177,16 @@ class ModuleFunctionKernelProfiler:
         with torch.no_grad():
             for _ in range(warmup_iterations):
                 _run(function, data)
+        for attempt in (1, 2):
+            frame, function_data = self._trace(function, data, module, cuda)
+            if not cuda or len(frame) or attempt == 2:
+                return frame, function_data
+            # A trace can come back without GPU activity when CUPTI is still being torn down after the
+            # previous one (Kineto gives up waiting for that and traces without it): once more.
+            logger.warning("the CUDA trace held no kernel attributed to a functional call; profiling again")
+        raise AssertionError("unreachable")
+
+    def _trace(self, function: Callable, data, module: nn.Module, cuda: bool):
         if cuda:
             torch.cuda.synchronize()
             _prime_cuda_profiler()
