@@ -26,7 +26,7 @@ from aitune_ray.kernel_forge import (FlashAttention2KernelProvider, FlashAttenti
                                      SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_mix,
                                      benchmark_provider, run_generator)
 from aitune_ray.kernel_forge.evaluate import reference_outputs, validate
-from aitune_ray.kernel_forge.kernel_provider import attention, flash_attention2, flash_attention4, sage_attention
+from aitune_ray.kernel_forge.kernel_provider import attention
 from aitune_ray.measure.timing import MeasureConfig
 from tests.forge_helpers import (CALLS, ForgeBlock, GeluNorm, NeverFinishingGenerator, QuickGelu, RaisingGenerator,
                                  TestGeluProvider, TestLayerNormProvider, block_samples, call_in_thread, one_thread, ready)
@@ -267,7 +267,8 @@ def test_attention_tolerance_admits_int8_qk_error_and_rejects_a_few_percent(dtyp
             assert tensor_layout == "HND"
             return transform(F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=sm_scale))
 
-        monkeypatch.setattr(sage_attention, "_library", lambda: types.SimpleNamespace(sageattn=sageattn))
+        library = types.SimpleNamespace(sageattn=sageattn)
+        monkeypatch.setattr(SageAttentionKernelProvider, "_library", lambda self: library)
         return validate(provider, samples, refs, provider.tolerance_for)
 
     report = check(lambda out: perturbed(out, 0.013))
@@ -312,10 +313,9 @@ def fake_flash(expect_seq: int):
     return types.SimpleNamespace(flash_attn_func=flash_attn_func)
 
 
-@pytest.mark.parametrize("module,cls", [(flash_attention4, FlashAttention4KernelProvider),
-                                        (flash_attention2, FlashAttention2KernelProvider)])
-def test_flash_attention_providers_convert_layouts(module, cls, monkeypatch):
-    monkeypatch.setattr(module, "_library", lambda: fake_flash(expect_seq=24))
+@pytest.mark.parametrize("cls", [FlashAttention4KernelProvider, FlashAttention2KernelProvider])
+def test_flash_attention_providers_convert_layouts(cls, monkeypatch):
+    monkeypatch.setattr(cls, "_library", lambda self: fake_flash(expect_seq=24))
     provider = cls.from_dict({"type": cls.__name__})
     q = torch.randn(2, 8, 24, 16)
     k, v = torch.randn(2, 2, 24, 16), torch.randn(2, 2, 24, 16)

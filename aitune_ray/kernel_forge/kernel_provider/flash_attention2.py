@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aitune_ray.kernel_forge.kernel_provider.attention import (
-    AttentionCall, Unsupported, hnd_to_nhd, import_optional, nhd_to_hnd, parse_call)
+    AttentionCall, Unsupported, hnd_to_nhd, nhd_to_hnd, parse_call)
 from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
 MODULE = "flash_attn"
@@ -14,19 +13,11 @@ INSTALL = "pip install flash-attn --no-build-isolation"
 MAX_HEAD_DIM = 256
 
 
-@functools.cache
-def _library():
-    return import_optional(MODULE)
-
-
 class FlashAttention2KernelProvider(LibraryAttentionProvider):
     """SDPA as FlashAttention-2, with the same layout conversion and support rules as FlashAttention-4."""
 
     label, module_name, install = "FlashAttention-2", MODULE, INSTALL
     kernel_name, distributions = "flash_attn_func", ("flash-attn", "flash_attn")
-
-    def _library(self):
-        return _library()
 
     def _sample_rule(self, call: AttentionCall) -> None:
         if call.query.shape[-1] > MAX_HEAD_DIM or call.value.shape[-1] != call.query.shape[-1]:

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from aitune_ray.kernel_forge.kernel_provider.attention import hnd_to_nhd, import_optional, nhd_to_hnd, parse_call
+from aitune_ray.kernel_forge.kernel_provider.attention import hnd_to_nhd, nhd_to_hnd, parse_call
 from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
 MODULE = "flash_attn.cute"
 INSTALL = "pip install --pre flash-attn-4"
-
-
-@functools.cache
-def _library():
-    return import_optional(MODULE)
 
 
 class FlashAttention4KernelProvider(LibraryAttentionProvider):
@@ -23,9 +17,6 @@ class FlashAttention4KernelProvider(LibraryAttentionProvider):
 
     label, module_name, install = "FlashAttention-4", MODULE, INSTALL
     kernel_name, distributions = "flash_attn_func", ("flash-attn-4", "fa4")
-
-    def _library(self):
-        return _library()
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         call = parse_call(args, kwargs)

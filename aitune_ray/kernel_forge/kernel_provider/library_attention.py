@@ -1,18 +1,22 @@
 """LibraryAttentionProvider: what the SDPA providers backed by an optional library have in common.
 
-A subclass names the library (import name, install hint, kernel attribute, distributions for the version),
-gives the module-level `_library()` lookup through `_library`, and implements `_infer`; the availability
-check, the per-sample support check, the name and the (empty) serialized form live here.
+A subclass names the library (import name, install hint, kernel attribute, distributions for the version)
+and implements `_infer`; the library lookup (imported once per process), the availability check, the
+per-sample support check, the name and the (empty) serialized form live here.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, ClassVar
 
 from aitune_ray.kernel_forge.function_samples import FunctionSample
 from aitune_ray.kernel_forge.kernel_provider.attention import (
-    ATTENTION_TOLERANCES, AttentionCall, Unsupported, check_samples, package_version)
+    ATTENTION_TOLERANCES, AttentionCall, Unsupported, check_samples, import_optional, package_version)
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import SDPA_FUNCTION, KernelProvider
+
+
+_imported = functools.cache(import_optional)
 
 
 class LibraryAttentionProvider(KernelProvider):
@@ -25,7 +29,7 @@ class LibraryAttentionProvider(KernelProvider):
 
     def _library(self):
         """The imported library, or None when it is missing."""
-        raise NotImplementedError
+        return _imported(self.module_name)
 
     def _sample_rule(self, call: AttentionCall) -> None:
         """Raise Unsupported for a call this library cannot take beyond the common rules."""

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from aitune_ray.kernel_forge.kernel_provider.attention import import_optional, parse_call
+from aitune_ray.kernel_forge.kernel_provider.attention import parse_call
 from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
 MODULE = "sageattention"
 INSTALL = "pip install sageattention (or build SageAttention 2 from source for the fastest kernels)"
-
-
-@functools.cache
-def _library():
-    return import_optional(MODULE)
 
 
 class SageAttentionKernelProvider(LibraryAttentionProvider):
@@ -23,9 +17,6 @@ class SageAttentionKernelProvider(LibraryAttentionProvider):
 
     label, module_name, install = "SageAttention", MODULE, INSTALL
     kernel_name, distributions = "sageattn", ("sageattention",)
-
-    def _library(self):
-        return _library()
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         call = parse_call(args, kwargs)
