@@ -49,6 +49,22 @@ def sdpa_backend(value: SDPBackend | str) -> SDPBackend:
     return backend
 
 
+def _cuda_op(backend: SDPBackend):
+    """(q, k, v, is_causal, scale) -> output through the backend's own CUDA op (no mask, no dropout), or
+    None for a backend without one."""
+    aten = torch.ops.aten
+    if backend == SDPBackend.FLASH_ATTENTION:
+        op = aten._scaled_dot_product_flash_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, 0.0, causal, False, scale=scale)[0]
+    if backend == SDPBackend.EFFICIENT_ATTENTION:
+        op = aten._scaled_dot_product_efficient_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, scale=scale)[0]
+    if backend == SDPBackend.CUDNN_ATTENTION:
+        op = aten._scaled_dot_product_cudnn_attention.default
+        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]
+    return None
+
+
 def backend_op_call(backend: SDPBackend, args: tuple, kwargs: dict) -> torch.Tensor | None:
     """The SDPA call as the backend's own aten op, or None where that op does not take these arguments."""
     try:
@@ -66,33 +82,10 @@ def backend_op_call(backend: SDPBackend, args: tuple, kwargs: dict) -> torch.Ten
         return None  # grouped-query attention: only the generic call expands the heads
     if backend == SDPBackend.FLASH_ATTENTION and q.device.type == "cpu":
         return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)[0]
-    if mask is not None:
+    op = _cuda_op(backend)
+    if mask is not None or op is None:
         return None
-    if backend == SDPBackend.FLASH_ATTENTION:
-        return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[0]
-    if backend == SDPBackend.EFFICIENT_ATTENTION:
-        return aten._scaled_dot_product_efficient_attention(q, k, v, None, False, 0.0, causal, scale=scale)[0]
-    if backend == SDPBackend.CUDNN_ATTENTION:
-        return aten._scaled_dot_product_cudnn_attention(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]
-    return None
-
-
-_SIMPLE_KWARGS = frozenset({"is_causal", "scale"})
-
-
-def _cuda_op(backend: SDPBackend):
-    """(q, k, v, is_causal, scale) -> output through the backend's own CUDA op, or None for MATH."""
-    aten = torch.ops.aten
-    if backend == SDPBackend.FLASH_ATTENTION:
-        op = aten._scaled_dot_product_flash_attention.default
-        return lambda q, k, v, causal, scale: op(q, k, v, 0.0, causal, False, scale=scale)[0]
-    if backend == SDPBackend.EFFICIENT_ATTENTION:
-        op = aten._scaled_dot_product_efficient_attention.default
-        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, scale=scale)[0]
-    if backend == SDPBackend.CUDNN_ATTENTION:
-        op = aten._scaled_dot_product_cudnn_attention.default
-        return lambda q, k, v, causal, scale: op(q, k, v, None, False, 0.0, causal, False, scale=scale)[0]
-    return None
+    return op(q, k, v, causal, scale)
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -114,7 +107,6 @@ class TorchSDPAKernelProvider(KernelProvider):
         self.backend = sdpa_backend(backend)
         #: Whether torch.export captures the backend's own op (decided in prepare).
         self.pin_op = False
-        self._fast = _cuda_op(self.backend)
 
     @property
     def supported_function(self) -> str:
@@ -148,13 +140,6 @@ class TorchSDPAKernelProvider(KernelProvider):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         if self.pin_op and not torch.compiler.is_compiling():   # eager
-            if self._fast is not None and len(args) == 3 and _SIMPLE_KWARGS.issuperset(kwargs):
-                q, k, v = args   # the common call, checked as little as it can be
-                if q.device.type == "cuda" and q.dim() == 4 and q.shape[1] == k.shape[1]:
-                    try:
-                        return self._fast(q, k, v, kwargs.get("is_causal", False), kwargs.get("scale"))
-                    except RuntimeError as exc:
-                        logger.debug("%s: the backend's own op refused a call (%s)", self.name, exc)
             try:
                 out = backend_op_call(self.backend, args, kwargs)
             except RuntimeError as exc:   # the op's own checks reject these inputs
