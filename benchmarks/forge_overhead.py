@@ -6,7 +6,8 @@
 A single call's latency includes the host time spent before the kernel is launched, so at short kernels
 that time decides whether a faster kernel helps. Per path, in turn: the latency of one call (CUDA events
 around it, as the tuner times candidates) and the time per call of 200 calls back to back (host and
-kernel overlap). Paths: F.scaled_dot_product_attention as is; each SDPA backend's provider called
+kernel overlap). Paths: F.scaled_dot_product_attention as is, and inside sdpa_kernel(backend) (what a
+provider cost per call before it called the backend's op directly); each SDPA backend's provider called
 directly; the module with a one-provider plan applied; the KernelSelectorBackend built around it
 (eager delegate). F.sdpa is also timed before those builds profile the module, which shows whether
 profiling left a cost behind. Ends with the top of a cProfile of the KernelSelectorBackend's calls.
@@ -26,19 +27,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend  # noqa: E402
 from aitune_ray.kernel_forge import FunctionSample, KernelOptimizationPlan, TorchSDPAKernelProvider  # noqa: E402
 from aitune_ray.measure.timing import measure_interleaved  # noqa: E402
 from aitune_ray.samples import Sample, SampleStore  # noqa: E402
-
-
-class Attention(nn.Module):
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v)
+from kernel_forge import Attention  # noqa: E402
 
 
 def back_to_back_us(fn, device, calls: int = 200, repeats: int = 5) -> float:
@@ -68,7 +66,14 @@ def main() -> int:
     dtype = torch.float16 if gpu else torch.float32
     q, k, v = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
     names = ["flash", "cudnn", "efficient"] if gpu else ["flash"]
+    pinned = TorchSDPAKernelProvider(names[-1]).backend
     paths = {"F.sdpa": lambda: F.scaled_dot_product_attention(q, k, v)}
+
+    def under_sdpa_kernel():
+        with sdpa_kernel(pinned):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    paths[f"F.sdpa under sdpa_kernel({names[-1]})"] = under_sdpa_kernel
     module = Attention().eval()
     paths["module"] = lambda: module(q, k, v)
     for name in names:
