@@ -88,7 +88,7 @@ def main() -> int:
     planned = KernelOptimizationPlan((provider,)).wrap(Attention().eval())
     paths[f"planned module ({names[-1]})"] = lambda: planned(q, k, v)
     # Before anything here profiles: the profiler could leave costs behind (CUPTI; see the kernel_forge profiler).
-    before = measure_interleaved({"F.sdpa": paths["F.sdpa"]}, device, shape[0], rounds=200)["F.sdpa"]
+    before = measure_interleaved({"F.sdpa": paths["F.sdpa"]}, device, shape[0], rounds=200, burst_ms=0)["F.sdpa"]
     before_b2b = back_to_back_us(paths["F.sdpa"], device)
     config = KernelSelectorBackendConfig(kernel_providers=[TorchSDPAKernelProvider(names[-1])])
     backend = KernelSelectorBackend(config, TorchEagerBackend())
@@ -102,7 +102,7 @@ def main() -> int:
     forced.build(Attention().eval(), store, device, Path(tempfile.mkdtemp()))
     forced.activate()
     paths[f"KernelSelectorBackend.infer ({names[-1]} plan)"] = lambda: forced.infer(q, k, v)
-    latency = measure_interleaved(paths, device, shape[0], rounds=200)
+    latency = measure_interleaved(paths, device, shape[0], rounds=200, burst_ms=0)   # one call at a time
     rows = ["| path | one call, p50 us | back to back, us per call |", "|---|---|---|",
             f"| F.sdpa, before the KernelSelector builds profiled | {before.median_ms * 1e3:.1f} | {before_b2b:.1f} |"]
     for name, fn in paths.items():
