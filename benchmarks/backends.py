@@ -49,6 +49,8 @@ BACKENDS = {
     "ao-int8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")),
     "ao-fp8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")),
     "kernels": lambda: KernelSelectorBackend(),
+    "kernels-ro": lambda: KernelSelectorBackend(
+        delegate_backend=TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead"))),
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|forge-two|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -11,6 +11,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 gpus=$(nvidia-smi -L | wc -l)
 bert=jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo,onnx,kernels
+# Without TorchAO int8 dynamic, which alone took 60% of BERT's candidate time: no candidate near 40%.
+balanced=jit,jit-max,jit-ro,ao-int8wo,ao-fp8wo,onnx,kernels,kernels-ro
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for part in $parts; do
   echo "== $part $(date +%T)"
@@ -38,8 +40,8 @@ for part in $parts; do
         > "$out/ray_vs_inline.log" 2>&1
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
     bert)
-      timeout 590 python benchmarks/ray_vs_inline.py --model bert --backends jit,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo,kernels \
-        --runs "ray:$gpus,inline" --run-timeout 340 --log-dir "$out/actor-logs" --out "$out/bert.md" > "$out/bert.log" 2>&1
+      timeout 560 python benchmarks/ray_vs_inline.py --model bert --backends $balanced \
+        --runs "ray:$gpus,inline" --run-timeout 275 --log-dir "$out/actor-logs" --out "$out/bert.md" > "$out/bert.log" 2>&1
       sed -n '1,30p' "$out/bert.md" ;;
     bert-ray)
       timeout 450 python benchmarks/ray_vs_inline.py --model bert --backends $bert --runs "ray:$gpus" \
@@ -50,12 +52,20 @@ for part in $parts; do
         --run-timeout 575 --out "$out/bert_inline.md" > "$out/bert_inline.log" 2>&1
       sed -n '1,30p' "$out/bert_inline.md" ;;
     pipeline)
-      timeout 590 python benchmarks/ray_vs_inline.py --model pipeline --backends $bert --runs "ray:$gpus,inline" \
-        --run-timeout 290 --out "$out/pipeline.md" > "$out/pipeline.log" 2>&1
+      timeout ${PIPELINE_S:-560} python benchmarks/ray_vs_inline.py --model pipeline --backends jit,jit-max,jit-ro,ao-int8wo,ao-fp8wo \
+        --runs "ray:$gpus,inline" --run-timeout $(( ${PIPELINE_S:-560} / 2 - 5 )) --out "$out/pipeline.md" > "$out/pipeline.log" 2>&1
       sed -n '1,40p' "$out/pipeline.md" ;;
     overhead)
       timeout 120 python benchmarks/forge_overhead.py > "$out/forge_overhead.log" 2>&1
       grep -v "^$" "$out/forge_overhead.log" | head -40 ;;
+    kernel-time)
+      timeout 150 python benchmarks/kernel_time.py --shapes "2,8,256,64;8,16,1024,64;4,32,4096,128,causal" \
+        > "$out/kernel_time.log" 2>&1
+      grep -v "^$" "$out/kernel_time.log" | grep -v Warning | tail -40 ;;
+    forge-two)
+      timeout 150 python benchmarks/kernel_forge.py --shapes 2,8,256,64 4,32,4096,128,causal \
+        --out "$out/kernel_forge_two.md" > "$out/kernel_forge_two.log" 2>&1
+      cat "$out/kernel_forge_two.md" ;;
     forge)
       timeout 300 python benchmarks/kernel_forge.py --out "$out/kernel_forge.md" > "$out/kernel_forge.log" 2>&1
       cat "$out/kernel_forge.md"; tail -5 "$out/kernel_forge.log" ;;

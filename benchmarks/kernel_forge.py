@@ -127,6 +127,12 @@ def run_shape(text: str, device: torch.device, dtype: torch.dtype, executor, del
     chosen = next((r for r in plan.get("results", []) if r.get("selected")), None)
     row["chosen"] = chosen["description"] if chosen else "original (no replacement)"
     row["plan_gpus"] = sorted({r.get("gpu", "") for r in plan.get("results", [])} - {""})
+    # Every KernelSelector candidate's own plan records (each profiled and chose on its own), for the JSON.
+    keep = ("description", "status", "median_ms", "speedup", "selected", "max_error", "error")
+    row["candidate_plans"] = [{"delegate": (r.spec.get("delegate") or {}).get("config"), "status": r.status,
+                               "records": [{k: p.get(k) for k in keep}
+                                           for p in (r.state.get("kernel_plan") or {}).get("results", [])]}
+                              for r in results if r.state]
     eager = Attention(causal).eval().to(device)
     timings = measure_interleaved({"eager": lambda: eager(q, k, v), "tuned": lambda: wrapped(q, k, v)}, device,
                                   shape[0], rounds=ROUNDS)

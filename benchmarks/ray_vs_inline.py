@@ -55,6 +55,15 @@ def parse_run(text: str) -> tuple[str, int]:
     raise SystemExit(f"a run is 'inline' or 'ray:N' (N >= 1), not {text!r}")
 
 
+def short_label(spec: dict) -> str:
+    """A backend spec as a short name: its class, the config values that tell candidates apart, its delegate."""
+    name = str(spec.get("type", "?")).rpartition(":")[2]
+    config = spec.get("config") or {}
+    keys = [str(config[k]) for k in ("mode", "quantization", "provider") if config.get(k)]
+    label = name + (f"({', '.join(keys)})" if keys else "")
+    return label + (f" + {short_label(spec['delegate'])}" if spec.get("delegate") else "")
+
+
 def tune_once(run_name: str, args, device, dtype) -> dict:
     """One run, in this process: tune the model and return plain numbers."""
     kind, gpus = parse_run(run_name)
@@ -85,7 +94,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
             ids.append(ident)
         modules[mod.module] = ids
         result = mod.chosen_result()
-        chosen[mod.module] = (result.backend + "(" + repr(result.spec["config"]) + ")") if result else "eager"
+        chosen[mod.module] = short_label(result.spec) if result else "eager"
         chosen_key[mod.module] = mod.chosen
         speedups[mod.module] = dict(mod.speedups)
     return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall,
