@@ -48,6 +48,7 @@ BACKENDS = {
     "ao-int8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")),
     "ao-int8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")),
     "ao-fp8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")),
+    "ao-fp8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8dq")),
     "kernels": lambda: KernelSelectorBackend(),
     "kernels-ro": lambda: KernelSelectorBackend(
         delegate_backend=TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead"))),
