@@ -53,7 +53,7 @@ for part in $parts; do
         --run-timeout 575 --out "$out/bert_inline.md" > "$out/bert_inline.log" 2>&1
       sed -n '1,30p' "$out/bert_inline.md" ;;
     pipeline)
-      timeout ${PIPELINE_S:-560} python benchmarks/ray_vs_inline.py --model pipeline --backends jit,jit-max,jit-ro,ao-int8wo,ao-fp8wo \
+      timeout ${PIPELINE_S:-560} python benchmarks/ray_vs_inline.py --model pipeline --backends ${PIPELINE_BACKENDS:-jit,jit-max,jit-ro,ao-int8wo,ao-fp8wo} \
         --runs "ray:$gpus,inline" --run-timeout $(( ${PIPELINE_S:-560} / 2 - 5 )) --out "$out/pipeline.md" > "$out/pipeline.log" 2>&1
       sed -n '1,40p' "$out/pipeline.md" ;;
     overhead)
