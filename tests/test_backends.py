@@ -80,6 +80,27 @@ def test_torch_inductor_jit_backend():
 
 
 @pytest.mark.slow
+def test_every_inductor_build_is_compiled_past_dynamo_recompile_limit(tmp_path):
+    """A tuner compiles many variants of one module class in one process. Each must get its own compiled
+    graph: with torch.compile(module) they share the class's forward in Dynamo's cache, and past its
+    recompile limit a further variant silently runs eagerly."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from aitune_ray.samples import Sample, SampleStore
+
+    x = batch(3)
+    store = SampleStore([Sample((x,), {}, eager(x), 3)])
+    with torch._dynamo.config.patch(recompile_limit=2):
+        before = counters["stats"]["unique_graphs"]
+        for i in range(4):
+            backend = TorchInductorJitBackend(TorchInductorJitBackendConfig(options={"max_fusion_size": 60 + i}))
+            backend.build(MLP(WIDTH).eval(), store, torch.device("cpu"), tmp_path / str(i))
+            torch.testing.assert_close(backend.infer(x), eager(x), rtol=1e-4, atol=1e-5)
+        assert counters["stats"]["unique_graphs"] - before == 4
+
+
+@pytest.mark.slow
 def test_torch_inductor_aot_backend_with_dynamic_batch():
     module = tuned(TorchInductorAotBackend(), batch_sizes=(2, 5))
     result = module.report.results[0]

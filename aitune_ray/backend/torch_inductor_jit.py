@@ -11,6 +11,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig
 from aitune_ray.errors import ConfigError
+from aitune_ray.frames import own_frame
 from aitune_ray.samples import SampleStore, map_structure
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -42,8 +43,10 @@ class TorchInductorJitBackend(Backend):
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         cfg = self.config
-        self._compiled = torch.compile(module, backend="inductor", mode=cfg.mode, fullgraph=cfg.fullgraph,
-                                       dynamic=cfg.dynamic, options=cfg.options)
+        # A frame of its own: variants of one module class must not share (and exhaust) one Dynamo cache.
+        self._compiled = torch.compile(own_frame(module, f"jit_{type(module).__name__}"), backend="inductor",
+                                       mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic,
+                                       options=cfg.options)
         # Compile now, on every recorded sample, so build time is paid here and not at first inference.
         with torch.no_grad():
             for sample in samples:

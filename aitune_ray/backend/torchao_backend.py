@@ -13,6 +13,7 @@ from torch import nn
 from aitune_ray.backend.backend import Backend, BackendConfig, require
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
 from aitune_ray.errors import ConfigError
+from aitune_ray.frames import own_frame
 from aitune_ray.samples import SampleStore
 
 # preset name -> torchao config class name
@@ -78,7 +79,9 @@ class TorchAOBackend(Backend):
 
         model = copy.deepcopy(module).to(device)
         quantize_(model, quant_config)
-        self._model = (torch.compile(model, mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+        # A frame of its own, as for TorchInductorJitBackend (see aitune_ray.frames).
+        frame = own_frame(model, f"torchao_{type(module).__name__}")
+        self._model = (torch.compile(frame, mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
                        if cfg.compile else model)
         with torch.no_grad():
             for sample in samples:

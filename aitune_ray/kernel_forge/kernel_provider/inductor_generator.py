@@ -8,15 +8,14 @@ provider calls the original function, which that compiler then handles itself.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-import types
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from aitune_ray.frames import own_frame
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of, fresh_copy
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import KernelGenerationResult, KernelGenerator
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider
@@ -27,18 +26,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_FUNCTIONS = ("gelu", "silu", "mish", "layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax",
                      "scaled_dot_product_attention")
 
-_serial = itertools.count()
-
 
 def _call_original(function: str):
-    """A fresh function object (own code object, so its own Dynamo cache) calling F.<function>."""
-    original = getattr(F, function)
-
-    def call(*args, **kwargs):
-        return original(*args, **kwargs)
-
-    code = call.__code__.replace(co_name=f"forge_{function}_{next(_serial)}")
-    return types.FunctionType(code, call.__globals__, code.co_name, None, call.__closure__)
+    """A fresh function calling F.<function>, with its own code object, so its own Dynamo cache."""
+    return own_frame(getattr(F, function), f"forge_{function}")
 
 
 def _capturing() -> bool:
