@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from typing import Iterator
 
 from aitune_ray.backend.backend import Backend
+from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import BuildError, ConfigError
@@ -26,7 +29,14 @@ class _InlineHandle(RunHandle):
             if self._cancelled:
                 return
             logger.info("[%s] candidate %d/%d: %s", ctx.name, index + 1, len(self._jobs), job.key)
+            plan_key = self._executor._plan_key(ctx, job)
+            if plan_key in self._executor._plans:   # another KernelSelector candidate planned it already
+                logger.info("[%s] %s reuses the kernel plan made for a candidate before it", ctx.name, job.key)
+                job = dataclasses.replace(job, spec=KernelSelectorBackend.spec_with_plan(
+                    job.spec, self._executor._plans[plan_key]))
             result, backend = run_candidate(job, ctx.module, ctx.samples, ctx.device, ctx.workdir)
+            if plan_key is not None and isinstance(backend, KernelSelectorBackend):
+                self._executor._plans.setdefault(plan_key, backend.plan)
             if backend is not None:
                 backend.deactivate()
                 self._executor._built[(ctx.name, job.key)] = backend
@@ -42,13 +52,24 @@ class InlineExecutor(Executor):
     remeasure_rounds: before MaxThroughput decides, eager and the finalists are timed again in turn
     (A B A B ..., this many rounds per batch size): each candidate was first timed at its own moment, after
     the builds before it, and a slow drift (clocks, heat, whatever a build left running) would otherwise
-    decide between close candidates. 0 keeps the first numbers."""
+    decide between close candidates. 0 keeps the first numbers.
+
+    KernelSelector candidates of one module with the same kernel-selection config (they differ in their
+    delegate) share one plan: the first profiles and plans, the others build on its plan, as on Ray,
+    where the driver profiles once."""
 
     def __init__(self, remeasure_rounds: int = 30):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
         self.remeasure_rounds = remeasure_rounds
         self._built: dict[tuple[str, str], Backend] = {}
+        self._plans: dict[tuple[str, str], object] = {}   # (module, selection config) -> KernelOptimizationPlan
+
+    @staticmethod
+    def _plan_key(context: TuneContext, job) -> tuple[str, str] | None:
+        if not KernelSelectorBackend.needs_plan(job.spec):
+            return None
+        return context.name, json.dumps([job.spec.get("type"), job.spec.get("config")], sort_keys=True, default=str)
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         return profile_samples(context.module, context.samples, context.device, context.measure)
@@ -86,3 +107,5 @@ class InlineExecutor(Executor):
     def discard(self, context: TuneContext) -> None:
         for key in [k for k in self._built if k[0] == context.name]:
             del self._built[key]
+        for key in [k for k in self._plans if k[0] == context.name]:
+            del self._plans[key]
