@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|forge-two|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -63,6 +63,9 @@ for part in $parts; do
       timeout 150 python benchmarks/kernel_time.py --shapes "2,8,256,64;8,16,1024,64;4,32,4096,128,causal" \
         > "$out/kernel_time.log" 2>&1
       grep -v "^$" "$out/kernel_time.log" | grep -v Warning | tail -40 ;;
+    compile-frames)
+      timeout 150 python benchmarks/compile_frames.py > "$out/compile_frames.md" 2>&1
+      grep "^|" "$out/compile_frames.md" ;;
     forge-two)
       timeout 150 python benchmarks/kernel_forge.py --shapes 2,8,256,64 4,32,4096,128,causal \
         --out "$out/kernel_forge_two.md" > "$out/kernel_forge_two.log" 2>&1
