@@ -212,6 +212,37 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
     assert "kernel profile" not in log
 
 
+def test_kernel_selector_jobs_with_one_selection_config_share_one_plan_on_ray(executor, monkeypatch):
+    """Two KernelSelector candidates around different delegates, one selection config: the driver profiles
+    once, and both composites build from the same plan; a third with another config gets its own."""
+    profiled = []
+    profile = RayKernelOptimizer.profile_functions
+
+    def counting(self, *args, **kwargs):
+        profiled.append(self)
+        return profile(self, *args, **kwargs)
+
+    monkeypatch.setattr(RayKernelOptimizer, "profile_functions", counting)
+    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached"), TestGeluProvider("slow")],
+                                         measure=FAST.to_dict(), final_rounds=3)
+    other = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("slow")], measure=FAST.to_dict(),
+                                        final_rounds=3)
+    shared = [KernelSelectorBackend(config, TorchEagerBackend()),
+              KernelSelectorBackend(config, SleepyEagerBackend(HelperConfig(build_s=0.0)))]
+    alone = KernelSelectorBackend(other, TorchEagerBackend())
+    strategy = ait.MaxThroughputStrategy([*shared, alone], measure_config=FAST)
+    model = ait.Module(GeluNorm().eval(), "gelu_norm_shared", strategy=strategy)
+    ait.tune(model, samples(), executor=executor)
+
+    assert len(profiled) == 2            # one profile per selection config, not one per candidate
+    results = {r.key: r for r in model.report.results}
+    first, second = (results[b.key()] for b in shared)
+    assert first.ok and second.ok, (first.error, second.error)
+    assert first.spec["kernel_plan"] == second.spec["kernel_plan"]
+    assert [p["behavior"] for p in first.spec["kernel_plan"]["providers"]] == ["cached"]
+    assert results[alone.key()].spec["kernel_plan"]["providers"] == []
+
+
 # ----- GPU (device machine, two GPUs) -------------------------------------------------------------------------
 
 class Attention(torch.nn.Module):

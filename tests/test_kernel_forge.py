@@ -634,7 +634,7 @@ def test_gpu_kernel_selector_backend_default_providers(tmp_path):
 
 def test_inline_kernel_selector_candidates_with_one_selection_config_share_one_plan(monkeypatch):
     """Two KernelSelector candidates differing only in their delegate: inline, the module is profiled and
-    planned once, and both build on that plan (as on Ray, where the driver profiles once)."""
+    planned once, and both build on that plan (as on Ray)."""
     calls = []
     make_plan = KernelOptimizer.make_plan
 

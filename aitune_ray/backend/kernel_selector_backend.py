@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,14 @@ class KernelSelectorBackend(Backend):
         except ConfigError:
             return False
         return issubclass(cls, KernelSelectorBackend) and spec.get(PLAN_KEY) is None
+
+    @staticmethod
+    def plan_key(spec: dict) -> str | None:
+        """For a spec that needs a plan: its class and kernel-selection config, which alone decide the plan
+        (the delegate does not), so candidates with one key can share one plan. None for any other spec."""
+        if not KernelSelectorBackend.needs_plan(spec):
+            return None
+        return json.dumps([spec.get("type"), spec.get("config")], sort_keys=True, default=str)
 
     @staticmethod
     def spec_with_plan(spec: dict, plan: KernelOptimizationPlan) -> dict:

@@ -25,7 +25,9 @@ spec carries no plan, the driver makes that plan first with RayKernelOptimizer: 
 that consumes the batch, then searches on a thread of its own; the batch's plain backend builds run on
 the actors meanwhile, and the forge's tasks get each idle actor before them. The job's spec then carries
 the finished plan (KernelSelectorBackend.spec_with_plan) and goes to an actor like any other job, which
-builds the composite without profiling again. The tasks themselves run through forge_tasks.Scheduler.
+builds the composite without profiling again. Jobs of one batch with the same kernel-selection config
+(KernelSelectorBackend.plan_key; they differ in their delegate) share one PlanRun, so one profile and one
+search. The tasks themselves run through forge_tasks.Scheduler.
 """
 
 from __future__ import annotations
@@ -268,18 +270,20 @@ class RayKernelOptimizer(KernelOptimizer):
 # ----- KernelSelectorBackend jobs in a RayExecutor batch -----------------------------------------------------
 
 class PlanRun:
-    """Makes the kernel plan of one KernelSelectorBackend job on a driver thread (see the module docstring).
+    """Makes the kernel plan of KernelSelectorBackend jobs that share one plan key on a driver thread (see
+    the module docstring); the first job's config makes it.
 
     ready: set once the driver's profiling is over (the forge has queued its first tasks) or the run ended.
-    done: set when it ended; then planned is the job carrying its plan, or result says why there is none.
+    done: set when it ended; then outcome() gives each job carrying the plan, or each job's failed result.
     """
 
-    def __init__(self, executor, context, job: CandidateJob):
-        self.executor, self.context, self.job = executor, context, job
+    def __init__(self, executor, context, jobs: list[CandidateJob]):
+        self.executor, self.context, self.jobs = executor, context, list(jobs)
+        self.job = self.jobs[0]
         self.ready, self.done = threading.Event(), threading.Event()
-        self.planned: CandidateJob | None = None
-        self.result: BuildResult | None = None
-        self.started = 0.0
+        self.plan: KernelOptimizationPlan | None = None
+        self.error: Exception | None = None
+        self.started = self.seconds = 0.0
         self._optimizer: RayKernelOptimizer | None = None
 
     def start(self) -> None:
@@ -307,20 +311,17 @@ class PlanRun:
 
     def _failed(self, exc: Exception) -> None:
         logger.error("[%s] kernel plan of %s failed: %s: %s", self.context.name, self.job.key, type(exc).__name__, exc)
-        self.result = BuildResult(key=self.job.key, backend=self.job.spec.get("type", "").rpartition(":")[2],
-                                  spec=self.job.spec, status=ERROR, error_type=type(exc).__name__,
-                                  error=f"kernel plan failed: {type(exc).__name__}: {exc}",
-                                  build_s=time.monotonic() - self.started, device=str(self.context.device))
+        self.error = exc
+        self.seconds = time.monotonic() - self.started
         self.ready.set()
         self.done.set()
 
     def _run(self, profiled: ProfiledFunctions) -> None:
         ctx = self.context
         try:
-            plan = self._optimizer.search(profiled)
-            logger.info("[%s] kernel plan of %s: %s", ctx.name, self.job.key, plan.describe())
-            self.planned = dataclasses.replace(self.job, spec=KernelSelectorBackend.spec_with_plan(self.job.spec,
-                                                                                                   plan))
+            self.plan = self._optimizer.search(profiled)
+            logger.info("[%s] kernel plan of %s: %s", ctx.name, ", ".join(j.key for j in self.jobs),
+                        self.plan.describe())
         except Cancelled:
             logger.info("[%s] kernel plan of %s cancelled", ctx.name, self.job.key)
         except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
@@ -330,6 +331,15 @@ class PlanRun:
             self.ready.set()
             self.done.set()
 
-    def outcome(self) -> CandidateJob | BuildResult | None:
-        """After done: the job to build, the failed result, or None when the run was cancelled."""
-        return self.planned if self.planned is not None else self.result
+    def outcome(self) -> list[CandidateJob | BuildResult]:
+        """After done: each job carrying the plan, to build; or each job's failed result; nothing when the
+        run was cancelled."""
+        if self.plan is not None:
+            return [dataclasses.replace(j, spec=KernelSelectorBackend.spec_with_plan(j.spec, self.plan))
+                    for j in self.jobs]
+        if self.error is None:
+            return []
+        exc = self.error
+        return [BuildResult(key=j.key, backend=j.spec.get("type", "").rpartition(":")[2], spec=j.spec, status=ERROR,
+                            error_type=type(exc).__name__, error=f"kernel plan failed: {type(exc).__name__}: {exc}",
+                            build_s=self.seconds, device=str(self.context.device)) for j in self.jobs]

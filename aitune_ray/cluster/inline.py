@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from typing import Iterator
 
@@ -12,6 +11,7 @@ from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import BuildError, ConfigError
+from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.measure.timing import Timing, profile_samples, profile_side_by_side
 from aitune_ray.results import BuildResult, CandidateJob
 
@@ -29,7 +29,8 @@ class _InlineHandle(RunHandle):
             if self._cancelled:
                 return
             logger.info("[%s] candidate %d/%d: %s", ctx.name, index + 1, len(self._jobs), job.key)
-            plan_key = self._executor._plan_key(ctx, job)
+            plan_key = KernelSelectorBackend.plan_key(job.spec)
+            plan_key = None if plan_key is None else (ctx.name, plan_key)
             if plan_key in self._executor._plans:   # another KernelSelector candidate planned it already
                 logger.info("[%s] %s reuses the kernel plan made for a candidate before it", ctx.name, job.key)
                 job = dataclasses.replace(job, spec=KernelSelectorBackend.spec_with_plan(
@@ -55,21 +56,15 @@ class InlineExecutor(Executor):
     decide between close candidates. 0 keeps the first numbers.
 
     KernelSelector candidates of one module with the same kernel-selection config (they differ in their
-    delegate) share one plan: the first profiles and plans, the others build on its plan, as on Ray,
-    where the driver profiles once."""
+    delegate) share one plan: the first profiles and plans, the others build on its plan (on Ray the
+    driver makes one plan for them all)."""
 
     def __init__(self, remeasure_rounds: int = 30):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
         self.remeasure_rounds = remeasure_rounds
         self._built: dict[tuple[str, str], Backend] = {}
-        self._plans: dict[tuple[str, str], object] = {}   # (module, selection config) -> KernelOptimizationPlan
-
-    @staticmethod
-    def _plan_key(context: TuneContext, job) -> tuple[str, str] | None:
-        if not KernelSelectorBackend.needs_plan(job.spec):
-            return None
-        return context.name, json.dumps([job.spec.get("type"), job.spec.get("config")], sort_keys=True, default=str)
+        self._plans: dict[tuple[str, str], KernelOptimizationPlan] = {}   # (module, plan key) -> plan
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         return profile_samples(context.module, context.samples, context.device, context.measure)

@@ -94,9 +94,13 @@ class _RayHandle(RunHandle):
         from aitune_ray.cluster.forge import PlanRun
 
         self._ex, self._ctx = executor, context
-        planless = [KernelSelectorBackend.needs_plan(job.spec) for job in jobs]
-        self._queue = collections.deque(job for job, p in zip(jobs, planless) if not p)
-        self._plans = [PlanRun(executor, context, job) for job, p in zip(jobs, planless) if p]
+        groups: dict[str, list[CandidateJob]] = {}   # plan key -> the jobs that share that plan
+        for job in jobs:
+            key = KernelSelectorBackend.plan_key(job.spec)
+            if key is not None:
+                groups.setdefault(key, []).append(job)
+        self._queue = collections.deque(job for job in jobs if KernelSelectorBackend.plan_key(job.spec) is None)
+        self._plans = [PlanRun(executor, context, group) for group in groups.values()]
         self._inflight: dict = {}     # ObjectRef -> _Task
         self._cancelled = False
 
@@ -116,7 +120,8 @@ class _RayHandle(RunHandle):
         finished = False
         try:
             for plan in self._plans:   # each profiles here, then searches on a thread of its own
-                self._ex._emit(self._ctx, plan.job, "planning", "running", {}, 0.0)
+                for job in plan.jobs:
+                    self._ex._emit(self._ctx, job, "planning", "running", {}, 0.0)
                 plan.start()
             while not self._cancelled and (self._queue or self._inflight or self._plans):
                 for result in self._planned():
@@ -162,7 +167,8 @@ class _RayHandle(RunHandle):
             kept.busy = False
         for plan in self._plans:
             plan.cancel()
-            self._ex._emit(self._ctx, plan.job, "done", CANCELLED, {}, time.monotonic() - plan.started)
+            for job in plan.jobs:
+                self._ex._emit(self._ctx, job, "done", CANCELLED, {}, time.monotonic() - plan.started)
         self._plans.clear()
         stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
         self._inflight.clear()
@@ -176,12 +182,12 @@ class _RayHandle(RunHandle):
         """Jobs whose kernel plan is finished go to the front of the queue; a failed plan is a result."""
         for plan in [p for p in self._plans if p.done.is_set()]:
             self._plans.remove(plan)
-            outcome = plan.outcome()
-            if isinstance(outcome, CandidateJob):
-                self._queue.appendleft(outcome)
-            elif outcome is not None:
-                self._ex._emit(self._ctx, plan.job, "done", outcome.status, {}, time.monotonic() - plan.started)
-                yield outcome
+            outcomes = list(zip(plan.jobs, plan.outcome()))   # empty when the plan was cancelled
+            self._queue.extendleft(reversed([o for _, o in outcomes if isinstance(o, CandidateJob)]))
+            for job, outcome in outcomes:
+                if isinstance(outcome, BuildResult):
+                    self._ex._emit(self._ctx, job, "done", outcome.status, {}, time.monotonic() - plan.started)
+                    yield outcome
 
     def _dispatch(self) -> None:
         if not self._queue or any(not plan.ready.is_set() for plan in self._plans):
