@@ -4,7 +4,7 @@ Dynamo keeps compiled graphs on the code object of the frame where tracing start
 walks that code object's entries until one's guards pass. A tuner compiles many variants of one module
 class in one process (Inductor in several modes, TorchAO's quantized copies, KernelSelector delegates,
 the re-measurement of finalists built elsewhere), and with ``torch.compile(module)`` they all land on the
-class's ``forward``: each call first checks the guards of the variants compiled before it, and once
+class's ``forward``: a call may check the guards of other variants before its own, and once
 ``torch._dynamo.config.recompile_limit`` (8) entries exist, a new variant is not compiled at all and runs
 eagerly, so its measurement says nothing about the backend. Compiling ``own_frame(module)`` instead keeps
 each variant's graphs on a code object nobody else uses.

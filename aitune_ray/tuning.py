@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -33,6 +34,19 @@ def default_strategy(device: torch.device):
     except ImportError:
         pass
     return MaxThroughputStrategy(backends)
+
+
+@contextlib.contextmanager
+def _opened(executor: Executor | None) -> Iterator[Executor]:
+    """executor, opened; None: the default executor, which is also closed at the end."""
+    own = executor is None
+    executor = executor or default_executor()
+    try:
+        executor.open()
+        yield executor
+    finally:
+        if own:
+            executor.close()
 
 
 def default_executor() -> Executor:
@@ -78,13 +92,10 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
 def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
                  raise_errors: bool = False) -> TuningReport:
     """Tune each module in turn. A module that fails stays eager, with the reason logged and reported."""
-    own = executor is None
-    executor = executor or default_executor()
     report = TuningReport()
     modules = list(modules)
     _unique_names(modules)
-    executor.open()
-    try:
+    with _opened(executor) as executor:
         dev = executor.resolve_device(device)
         for module in modules:
             try:
@@ -101,9 +112,6 @@ def tune_modules(modules: Iterable[Module], device=None, executor: Executor | No
                 logger.error("%s stays eager: %s", module.name, reason)
                 if raise_errors:
                     raise
-    finally:
-        if own:
-            executor.close()
     return report
 
 
@@ -169,15 +177,9 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
         resolve_device(device)  # fail before recording when this machine lacks the device
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
-    own = executor is None
-    executor = executor or default_executor()
-    try:
-        executor.open()   # a Ray executor's actors start up while this process records
+    with _opened(executor) as executor:   # a Ray executor's actors start up while this process records
         modules = _record(func, dataset)
         report = tune_modules(modules, device=device, executor=executor)
-    finally:
-        if own:
-            executor.close()
     logger.info("tuning finished\n%s", report.markdown())
     return report
 

@@ -79,10 +79,10 @@ class TorchAOBackend(Backend):
 
         model = copy.deepcopy(module).to(device)
         quantize_(model, quant_config)
-        # A frame of its own, as for TorchInductorJitBackend (see aitune_ray.frames).
-        frame = own_frame(model, f"torchao_{type(module).__name__}")
-        self._model = (torch.compile(frame, mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
-                       if cfg.compile else model)
+        self._model = model
+        if cfg.compile:   # in a frame of its own, as for TorchInductorJitBackend (see aitune_ray.frames)
+            self._model = torch.compile(own_frame(model, f"torchao_{type(module).__name__}"), mode=cfg.mode,
+                                        fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
         with torch.no_grad():
             for sample in samples:
                 self._model(*sample.args, **sample.kwargs)
