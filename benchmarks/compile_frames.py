@@ -16,15 +16,16 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aitune_ray.frames import own_frame  # noqa: E402
+from forge_overhead import back_to_back_us  # noqa: E402
 
 
 class Stack(nn.Module):
@@ -36,20 +37,8 @@ class Stack(nn.Module):
         return self.layers(x)
 
 
-def per_call_us(fn, x, device, calls: int = 2000) -> float:
-    for _ in range(20):
-        fn(x)
-    best = float("inf")
-    for _ in range(3):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(calls):
-            fn(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - started) / calls * 1e6)
-    return best
+def per_call_us(fn, x, device) -> float:
+    return back_to_back_us(lambda: fn(x), device, calls=2000, repeats=4)   # the first repeat warms up
 
 
 def run(way: str, variants: int) -> str:

@@ -86,7 +86,8 @@ def paths_for(text: str, device: torch.device, dtype: torch.dtype) -> dict:
 
     paths["torch.compile reduce-overhead"] = graphed_call
     store = SampleStore([Sample((q, k, v), {}, module(q, k, v).detach(), shape[0])])
-    for name, mode in (("TorchInductorJitBackend", None), ("TorchInductorJitBackend reduce-overhead", "reduce-overhead")):
+    for name, mode in (("TorchInductorJitBackend", None),
+                       ("TorchInductorJitBackend reduce-overhead", "reduce-overhead")):
         backend = TorchInductorJitBackend(TorchInductorJitBackendConfig(mode=mode))
         backend.build(Attention(causal).eval().to(device), store, device, Path(tempfile.mkdtemp()))
         paths[name] = (lambda b: lambda: b.infer(q, k, v))(backend)
