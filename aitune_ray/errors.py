@@ -59,3 +59,11 @@ class CheckpointMismatchError(CheckpointError):
 
 class CheckpointVersionError(CheckpointError):
     """The checkpoint was written by a newer format version."""
+
+
+class RunFolderError(AITuneRayError):
+    """A run folder cannot be used: it belongs to another job, model or package version, or is damaged."""
+
+
+class ClusterError(AITuneRayError):
+    """The Ray cluster cannot be reached or used."""

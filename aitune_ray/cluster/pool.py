@@ -132,8 +132,12 @@ class ActorPool:
                 logger.debug("kill of slot %d: %s", slot.index, exc)
         slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
 
-    def shutdown(self) -> None:
+    def shutdown(self, cleanup_timeout_s: float = 10.0) -> None:
+        """Ask the idle actors to remove their work folders (a busy or dead one cannot), then kill them all."""
         with self.lock:
             self.closed = True
+            refs = [s.actor.cleanup.remote() for s in self.slots if s.alive and not s.busy]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=cleanup_timeout_s)
             for slot in self.slots:
                 self.kill(slot)

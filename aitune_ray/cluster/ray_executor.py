@@ -38,7 +38,7 @@ from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
 from aitune_ray.device import parse_device
-from aitune_ray.errors import BuildError, ConfigError, DeviceError
+from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 
@@ -277,6 +277,35 @@ class _RayHandle(RunHandle):
                            log_path=info.get("log_path") or task.slot.log_path)
 
 
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ClusterError naming address when nothing listens there (ray.init would retry for minutes)."""
+    import socket
+
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}); check the "
+                           "address (--address, executor.address or RAY_ADDRESS) and that its head node is up") from exc
+
+
+def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
+    """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
+    candidate failed (a failure's log stays, named in the report)."""
+    import shutil
+
+    folder = Path(log_dir)
+    for work in folder.glob("work-actor*"):
+        shutil.rmtree(work, ignore_errors=True)
+    if own and not keep_logs:
+        shutil.rmtree(own, ignore_errors=True)
+    elif own:
+        logger.info("actor logs kept in %s (a candidate failed)", own)
+
+
 def _backend_name(job: CandidateJob) -> str:
     return job.spec.get("type", "").rpartition(":")[2]
 
@@ -318,6 +347,8 @@ class RayExecutor(Executor):
         self._own_ray = False
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
+        self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
+        self._failed = False                   # a candidate failed: its log is kept for the report
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -327,6 +358,7 @@ class RayExecutor(Executor):
             address = self.address or os.environ.get("RAY_ADDRESS")
             if address:
                 logger.info("connecting to the Ray cluster at %s", address)
+                check_reachable(address)
                 ray.init(address=address)
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
@@ -348,6 +380,7 @@ class RayExecutor(Executor):
         if size < 1:
             raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        self._own_log_dir = None if self.log_dir else log_dir
         self.pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir)
@@ -357,6 +390,7 @@ class RayExecutor(Executor):
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
+            _remove_work_folders(self.pool.log_dir, self._own_log_dir, keep_logs=self._failed)
             self.pool = None
         self._boxes.clear()
         self._baseline_slots.clear()
@@ -453,6 +487,7 @@ class RayExecutor(Executor):
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
               elapsed_s: float) -> None:
+        self._failed = self._failed or (event == "done" and status in (CRASHED, ERROR, OOM, TIMED_OUT))
         record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
                   "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
                   "elapsed_s": round(elapsed_s, 3)}
@@ -498,16 +533,23 @@ class RayExecutor(Executor):
         identities = collections.Counter((r.node, r.gpu) for r in results)
         if not results:
             return None
-        slot = self._slot(prefer={identities.most_common(1)[0][0]})
         payload = [{"key": r.key, "spec": r.spec, "state": r.state, "artifacts": self._outbound(context, r)}
                    for r in results]
-        ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
-                                          self.remeasure_rounds)
-        try:
-            out = self._call(slot, ref, f"re-measurement of {context.name}")
-        except BuildError as exc:
-            logger.warning("[%s] finalists keep their raw numbers: %s", context.name, exc)
-            return None
+        prefer = {identities.most_common(1)[0][0]}
+        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
+            slot = self._slot(prefer=prefer)
+            ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
+                                              self.remeasure_rounds)
+            try:
+                out = self._call(slot, ref, f"re-measurement of {context.name}")
+                break
+            except BuildError as exc:
+                # (the text, not the exception: a kept log record would keep its frames and their locals)
+                if attempt == 2 or not isinstance(exc.__cause__, _DEATH) or not self.pool.alive():
+                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
+                    return None
+                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
+                prefer = None
         for key, error in out["errors"].items():
             logger.warning("[%s] %s was not re-measured: %s", context.name, key, error)
         for r in results:
