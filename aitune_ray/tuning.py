@@ -92,17 +92,24 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
         module.use_backend(backend)
         executor.discard(context)
     finally:
-        _release_workdir(context.workdir, backend)
+        _release_workdir(context.workdir, [backend, module.report])
     return report
 
 
-def _release_workdir(workdir: Path, backend) -> None:
-    """The module's work folder goes when nothing uses it: now, or once its chosen backend (whose files,
-    a checkpoint save reads, may live there) is garbage."""
-    if backend is None:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        weakref.finalize(backend, shutil.rmtree, str(workdir), True)
+class _Folder:
+    """Removes its folder once it is garbage."""
+
+    def __init__(self, path: Path):
+        weakref.finalize(self, shutil.rmtree, str(path), True)
+
+
+def _release_workdir(workdir: Path, users: list) -> None:
+    """The module's work folder goes once nothing uses it: its chosen backend (whose files a checkpoint
+    save reads may live there) and its report (whose results name artifact files there)."""
+    holder = _Folder(workdir)
+    for user in users:
+        if user is not None:
+            user._workdir = holder   # noqa: SLF001 - a reference, nothing else
 
 
 def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,

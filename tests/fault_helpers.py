@@ -71,11 +71,13 @@ class GatedBackend(FastBackend):
         if self.config.gate:
             import ray
 
-            ray.get(ray.get_actor(self.config.gate, namespace=NAMESPACE).arrive.remote(os.getpid()))
+            gate = ray.get_actor(self.config.gate, namespace=NAMESPACE)
+            ray.get(gate.arrive.remote(os.getpid(), ray.get_runtime_context().get_node_id()))
 
 
 class Gate:
-    """A named Ray actor (async): arrive() blocks until release(); wait_arrived() returns the arriving pid."""
+    """A named Ray actor (async): arrive() blocks until release(); wait_arrived() returns the arriving
+    process's pid and its Ray node id."""
 
     def __init__(self):
         self._arrived = asyncio.Event()
@@ -83,12 +85,12 @@ class Gate:
         self._pid = None
         self._built: list[int] = []
 
-    async def arrive(self, pid: int) -> None:
-        self._pid = pid
+    async def arrive(self, pid: int, node_id: str = "") -> None:
+        self._pid = (pid, node_id)
         self._arrived.set()
         await self._released.wait()
 
-    async def wait_arrived(self) -> int:
+    async def wait_arrived(self) -> tuple[int, str]:
         await self._arrived.wait()
         return self._pid
 

@@ -87,7 +87,7 @@ def assert_nothing_left(cluster, executor, scratch: Path) -> None:
 def kill_on_arrival(gate) -> threading.Thread:
     """A thread that SIGKILLs the process that arrives at the gate, then lets later arrivals pass."""
     def run():
-        pid = ray.get(gate.wait_arrived.remote())
+        pid, _ = ray.get(gate.wait_arrived.remote())
         os.kill(pid, signal.SIGKILL)
         ray.get(gate.release.remote())
 

@@ -97,7 +97,8 @@ class ActorPool:
         with self.lock:
             if not urgent and any(self.demand.values()):
                 return None
-            idle = self.idle()
+            # A replacement gets work once it is up: on a cluster that lost a node it may never start.
+            idle = [s for s in self.idle() if s.generation == 1 or s.ready()]
             if prefer is not None:
                 matching = [s for s in self.alive() if (s.identity().get("node"), s.identity().get("gpu")) == prefer]
                 if matching:

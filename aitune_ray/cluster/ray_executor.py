@@ -118,6 +118,7 @@ class _RayHandle(RunHandle):
 
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
+        waiting_since = None   # since when jobs wait with nothing in flight
         try:
             for plan in self._plans:   # each profiles here, then searches on a thread of its own
                 for job in plan.jobs:
@@ -130,13 +131,18 @@ class _RayHandle(RunHandle):
                         return
                 self._dispatch()
                 if not self._inflight:
-                    if not self._ex.pool.alive():   # every slot retired: what is left cannot run
+                    waited = time.monotonic() - (waiting_since := waiting_since or time.monotonic())
+                    stalled = bool(self._queue) and not self._plans and waited > self._ex.task_timeout_s
+                    if not self._ex.pool.alive() or stalled:   # every slot retired, or none starts again
+                        reason = "" if not stalled else (f"not run: no actor could start within "
+                                                         f"task_timeout_s={self._ex.task_timeout_s:g}s")
                         while self._queue and not self._cancelled:
-                            yield self._unrun(self._queue.popleft())
+                            yield self._unrun(self._queue.popleft(), reason)
                         if not self._plans:
                             break
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
+                waiting_since = None
                 ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
                 for ref in ready:
                     task = self._inflight.pop(ref)
@@ -260,11 +266,11 @@ class _RayHandle(RunHandle):
         self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
         return result
 
-    def _unrun(self, job: CandidateJob) -> BuildResult:
+    def _unrun(self, job: CandidateJob, reason: str = "") -> BuildResult:
         result = BuildResult(key=job.key, backend=_backend_name(job), spec=job.spec, status=ERROR,
                              error_type="NoActorsLeft",
-                             error=f"not run: every actor slot used up its max_actor_restarts="
-                                   f"{self._ex.max_actor_restarts} replacements")
+                             error=reason or f"not run: every actor slot used up its max_actor_restarts="
+                                             f"{self._ex.max_actor_restarts} replacements")
         self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
         return result
 
@@ -294,7 +300,7 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
 
 def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
     """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
-    candidate failed (a failure's log stays, named in the report)."""
+    worker crashed, hung or ran out of memory (then the logs stay: the report names them)."""
     import shutil
 
     folder = Path(log_dir)
@@ -303,7 +309,7 @@ def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None
     if own and not keep_logs:
         shutil.rmtree(own, ignore_errors=True)
     elif own:
-        logger.info("actor logs kept in %s (a candidate failed)", own)
+        logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
 def _backend_name(job: CandidateJob) -> str:
@@ -320,7 +326,8 @@ class RayExecutor(Executor):
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
     artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.cluster.artifacts).
-    log_dir: each actor's own log file goes here (default: a new temporary directory).
+    log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
+        temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
     """
@@ -348,7 +355,7 @@ class RayExecutor(Executor):
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
-        self._failed = False                   # a candidate failed: its log is kept for the report
+        self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -453,6 +460,7 @@ class RayExecutor(Executor):
     def _slot(self, prefer: set | None = None) -> Slot:
         self.open()
         slots = self.pool.alive()
+        slots = [s for s in slots if s.generation == 1 or s.ready()] or slots   # not a replacement still pending
         if not slots:
             raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
         if prefer:
@@ -464,7 +472,7 @@ class RayExecutor(Executor):
 
     def _call(self, slot: Slot, ref, what: str):
         """Wait for one actor call under task_timeout_s; a dead or stuck actor is replaced and raises."""
-        started = None
+        started, called = None, time.monotonic()
         try:
             while True:
                 done, _ = ray.wait([ref], timeout=1.0)
@@ -473,7 +481,7 @@ class RayExecutor(Executor):
                 now = time.monotonic()
                 if started is None and slot.ready():
                     started = now
-                if started is not None and now - started > self.task_timeout_s:
+                if now - (started or called + self.task_timeout_s) > self.task_timeout_s:   # startup grace too
                     self.pool.replace(slot, f"{what} timed out")
                     raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
         except _DEATH as exc:
@@ -487,7 +495,7 @@ class RayExecutor(Executor):
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
               elapsed_s: float) -> None:
-        self._failed = self._failed or (event == "done" and status in (CRASHED, ERROR, OOM, TIMED_OUT))
+        self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
         record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
                   "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
                   "elapsed_s": round(elapsed_s, 3)}
