@@ -59,3 +59,7 @@ class CheckpointMismatchError(CheckpointError):
 
 class CheckpointVersionError(CheckpointError):
     """The checkpoint was written by a newer format version."""
+
+
+class UnknownClassError(CheckpointError):
+    """A checkpoint names a backend or kernel provider class that is neither registered nor allowed."""

@@ -191,8 +191,12 @@ def save(obj: Any, path: str | Path) -> Path:
     return save_checkpoint(obj, Path(path))
 
 
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj."""
+def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *, backends: tuple = (),
+         providers: tuple = ()) -> Any:
+    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
+
+    The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
+    Backend / KernelProvider classes passed in backends / providers. It never imports what it names."""
     from aitune_ray.checkpoint import load_checkpoint
 
-    return load_checkpoint(obj, Path(path), device_map=device_map)
+    return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers))
