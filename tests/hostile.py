@@ -143,6 +143,21 @@ def new_modules(before: set[str]) -> list[str]:
     return sorted(set(sys.modules) - before)
 
 
+def set_key(node, key: str, value, where: str | None = None) -> int:
+    """Set key to value in every mapping under node (that also holds where, if given); how many were set."""
+    count = 0
+    if isinstance(node, dict):
+        if key in node and (where is None or where in node):
+            node[key] = value
+            count += 1
+        children = node.values()
+    else:
+        children = node if isinstance(node, list) else []
+    for child in children:
+        count += set_key(child, key, value, where)
+    return count
+
+
 # ----- hostile archives: name -> (build(path, bait), what the error says) -----------------------------------
 
 def _add_member(name: str, data: bytes = b"escaped"):
@@ -256,7 +271,9 @@ ARCHIVE_CASES = {
 # ----- wrong JSON types in every field ------------------------------------------------------------------------
 
 WRONG = (None, True, 7, 2.5, "x", [], {})
-OPAQUE = (("signature", "args"), ("signature", "kwargs"), ("signature", "outputs"))
+# Left whole: a sample's structure, and a backend's own state (its restore checks it; whatever it raises
+# becomes a CheckpointError).
+OPAQUE = (("signature", "args"), ("signature", "kwargs"), ("signature", "outputs"), ("state",))
 
 
 def _kind(value) -> str:

@@ -58,7 +58,7 @@ def refused(path: Path, bait: Bait, sandbox: Sandbox, error=CheckpointError, mat
     assert not bait.imported(), "the checkpoint imported the module it names"
     assert hostile.new_modules(modules) == []
     assert sandbox.leftovers() == temporary, "the load left files in its temporary folder"
-    assert hostile.files_under(path.parent.parent) == outside, "the load wrote files"
+    assert hostile.files_under(path.parent.parent) - outside == set(), "the load wrote files"
     return message
 
 
@@ -83,17 +83,12 @@ def test_kernel_plan_naming_other_code_is_refused_and_never_imported(tmp_path):
     path = ait.save(wrapped, tmp_path / "ks.ait")
     bait, sandbox = Bait(tmp_path), Sandbox(tmp_path)
     try:
-        def point_at_bait(node):
-            if isinstance(node, dict):
-                if "class" in node:
-                    node.update({"class": bait.path(), "type": "Evil"})
-                for value in node.values():
-                    point_at_bait(value)
-            elif isinstance(node, list):
-                for value in node:
-                    point_at_bait(value)
+        def point_at_bait(manifest):
+            state = manifest["modules"][0]["state"]
+            hostile.set_key(state, "class", bait.path())
+            hostile.set_key(state, "type", "Evil", where="class")
 
-        edit_manifest(path, lambda m: point_at_bait(m["modules"][0]["state"]))
+        edit_manifest(path, point_at_bait)
         fresh = type(wrapped.module)()
         with pytest.raises(UnknownClassError, match="kernel provider type") as err:
             ait.load(ait.Module(fresh, "m"), path)
@@ -163,7 +158,7 @@ def test_wrong_json_type_in_every_manifest_field_is_refused(setup):
 def test_pytree_spec_naming_unknown_types_is_refused(setup):
     path, bait, sandbox = setup
     spec = json.dumps([1, {"type": f"{bait.name}.Evil", "context": "null", "children_spec": []}])
-    edit_manifest(path, lambda m: m["modules"][0]["state"].update(output_spec=spec))
+    edit_manifest(path, lambda m: hostile.set_key(m["modules"][0]["state"], "output_spec", spec))
     assert "not registered" in refused(path, bait, sandbox, match="could not be restored")
 
 

@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import stat
 import zipfile
+import zlib
 from pathlib import Path
 
 from aitune_ray.checkpoint import format as fmt
@@ -127,7 +128,7 @@ class CheckpointArchive:
         try:
             with self._zip.open(self._infos[member]) as source:
                 data = source.read(limit + 1)
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} is corrupted: {exc}") from exc
         if len(data) > limit:
             raise CheckpointError(f"{self.path}: {member} is implausibly large (over {limit} bytes)")
@@ -143,7 +144,7 @@ class CheckpointArchive:
         try:
             with dst, self._zip.open(self._infos[member]) as src:
                 digest, size = fmt.copy_hashed(src, dst, limit=part["size"])
-        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as exc:
             _remove(target)
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} is corrupted: {exc}") from exc
         except OSError as exc:
