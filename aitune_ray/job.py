@@ -215,7 +215,7 @@ def _check_job(job: Job) -> None:
     from aitune_ray.measure.timing import MeasureConfig
 
     for key in ("model", "data"):
-        import_object(getattr(job, key), key)
+        check_arguments(import_object(getattr(job, key), key), getattr(job, f"{key}_args"), f"{key}_args")
     paths = [m.path for m in job.module_specs()]
     for index, path in enumerate(paths):
         if paths.index(path) != index:
@@ -245,6 +245,26 @@ def _check_job(job: Job) -> None:
             raise ConfigError(f"{key}: the path is empty")
     # Build the strategy once now: this imports and checks every backend class and config.
     job.make_strategy(device="cpu")
+
+
+def check_arguments(factory: Callable, arguments: dict, key: str) -> None:
+    """The factory takes the job's arguments, so that a misspelt or missing one stops the job before it starts."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # no signature to check against (a builtin): the call reports
+    try:
+        signature.bind(**arguments)
+    except TypeError as exc:
+        params = signature.parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            for name in arguments:
+                if name not in params:
+                    raise ConfigError(f"{key}.{name}: the factory takes no argument {name!r} (it takes "
+                                      f"{', '.join(params) or 'none'})") from None
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def check_import_path(value: str, key: str) -> None:

@@ -182,6 +182,6 @@ def _shown(name: Any) -> str:
 
 def _short(value: Any) -> str:
     if isinstance(value, int) and abs(value) > LARGEST:
-        return f"an integer of {len(format(value, 'x'))} hex digits"
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = str(value)
     return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
