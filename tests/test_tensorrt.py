@@ -170,6 +170,35 @@ def test_prepare_exports_an_onnx_model_that_runs_every_profile_and_writes_the_pr
         np.testing.assert_allclose(total, sample.outputs["sum"].numpy(), rtol=1e-5, atol=1e-5)
 
 
+class SequenceMean(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLP(8)
+
+    def forward(self, x):
+        return self.mlp(x).mean(dim=1)
+
+
+def test_prepare_exports_every_axis_the_profile_lets_vary(tmp_path):
+    import onnx
+    import onnxruntime as ort
+
+    module = SequenceMean().eval()
+    samples = []
+    for bs, length in ((2, 3), (4, 7)):
+        x = torch.randn(bs, length, 8)
+        with torch.no_grad():
+            samples.append(Sample((x,), {}, module(x), bs))
+    onnx_path, [profile] = TensorRTBackend().prepare(module, SampleStore(samples), tmp_path)
+    assert profile.shapes["input_0"] == ((2, 3, 8), (4, 7, 8), (4, 7, 8))
+    dims = onnx.load(str(onnx_path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.HasField("dim_value") for d in dims] == [False, False, True]   # batch and length symbolic
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    x = torch.randn(3, 5, 8)   # within the profile, a shape never recorded
+    np.testing.assert_allclose(session.run(None, {"input_0": x.numpy()})[0], module(x).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
 # ----- without TensorRT -------------------------------------------------------------------------------
 
 @pytest.mark.skipif(HAS_TENSORRT, reason="TensorRT is installed here")

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from aitune_ray.backend.backend import BackendConfig, require
-from aitune_ray.backend.tensorrt_profiles import input_names
+from aitune_ray.backend.onnx_export import flat_inputs
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
-from aitune_ray.samples import SampleStore, tensors_of
+from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ def write_calibration(samples: SampleStore, folder: Path, names: Sequence[str]) 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for index, sample in enumerate(samples):
-        tensors = tensors_of((sample.args, sample.kwargs))
-        by_name = dict(zip(input_names(len(tensors)), tensors))
+        by_name = flat_inputs(sample.args, sample.kwargs)
         arrays = {n: _numpy(by_name[n]) for n in names}
         np.savez(folder / f"sample_{index:04d}.npz", **arrays)
     return folder

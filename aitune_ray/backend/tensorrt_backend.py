@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig, require
 from aitune_ray.backend.onnx_autocast import ONNXAutoCastConfig, autocast_onnx
+from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
 from aitune_ray.backend.tensorrt_engine import BuildSettings, EngineRunner, build_engine, tensorrt
 from aitune_ray.backend.tensorrt_profiles import (ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes,
-                                                  input_names, load_profiles, save_profiles)
+                                                  load_profiles, save_profiles)
 from aitune_ray.errors import BuildError, ConfigError
-from aitune_ray.samples import SampleStore, tensors_of
+from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 
@@ -116,25 +116,6 @@ class TensorRTBackendConfig(BackendConfig):
         return data
 
 
-def export_onnx(module: nn.Module, sample, path: Path, axes: dict[str, dict[int, str]], use_dynamo: bool,
-                opset_version: int | None) -> Path:
-    """Export module on sample to path, input tensors named input_<i>, the given axes dynamic."""
-    names = input_names(len(tensors_of((sample.args, sample.kwargs))))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    program = torch.onnx.export(module, tuple(sample.args), None if use_dynamo else str(path),
-                                kwargs=dict(sample.kwargs), dynamo=use_dynamo, input_names=names,
-                                dynamic_axes=axes or None, opset_version=opset_version)
-    if use_dynamo:
-        program.save(str(path))
-    return path
-
-
-def onnx_io_names(path: Path) -> tuple[list[str], list[str]]:
-    onnx = require("onnx", "tensorrt", "TensorRTBackend")
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return [i.name for i in graph.input], [o.name for o in graph.output]
-
-
 class TensorRTBackend(Backend):
     config_class = TensorRTBackendConfig
     is_jit = False
@@ -150,17 +131,18 @@ class TensorRTBackend(Backend):
         the optimization profiles, both written under workdir. Returns (ONNX path, profiles)."""
         workdir = Path(workdir)
         profiles = derive_profiles(samples, self.config.profiles)
-        sample = max(samples, key=lambda s: s.batch_size)
-        onnx_path = export_onnx(module, sample, workdir / "onnx" / "model.onnx", dynamic_axes(profiles),
-                                self.config.use_dynamo, self.config.opset_version)
+        self._exported = export_onnx(module, samples, workdir / "onnx" / "model.onnx",
+                                     use_dynamo=self.config.use_dynamo, opset_version=self.config.opset_version,
+                                     input_axes=dynamic_axes(profiles))
+        onnx_path = self._exported.path
         if self.config.quantization_config is not None:
-            providers = ("cuda",) if _on_cuda(sample) and _ort_has_cuda() else ("cpu",)
+            on_cuda = any(t.is_cuda for s in samples for t in flat_inputs(s.args, s.kwargs).values())
+            providers = ("cuda",) if on_cuda and _ort_has_cuda() else ("cpu",)
             onnx_path = autocast_onnx(onnx_path, workdir / "onnx" / "model_autocast.onnx",
                                       self.config.quantization_config, samples, providers)
-        self._profiles_path = save_profiles(profiles, _mkdir(workdir / "tensorrt") / PROFILES)
+        (workdir / "tensorrt").mkdir(parents=True, exist_ok=True)
+        self._profiles_path = save_profiles(profiles, workdir / "tensorrt" / PROFILES)
         self._profiles = profiles
-        self._out_spec = pytree.treespec_dumps(pytree.tree_flatten(sample.outputs)[1])
-        self._onnx_inputs, self._onnx_outputs = onnx_io_names(onnx_path)
         return onnx_path, profiles
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
@@ -190,25 +172,22 @@ class TensorRTBackend(Backend):
 
     def _open(self, device: torch.device) -> None:
         self._engine = self._runner(self._plan_path.read_bytes(), device)
-        missing = [n for n in self._onnx_inputs if n not in self._engine.input_names]
+        missing = [n for n in self._exported.graph_inputs if n not in self._engine.input_names]
         if missing:
             raise BuildError(f"the engine lacks ONNX inputs {missing}")
-        self._spec = pytree.treespec_loads(self._out_spec)
 
     # ----- inference ---------------------------------------------------------------------------
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        tensors = tensors_of((args, kwargs))
-        by_name = dict(zip(input_names(len(tensors)), tensors))
+        by_name = flat_inputs(args, kwargs)
         outputs = self._engine.run({n: by_name[n] for n in self._engine.input_names})
-        return pytree.tree_unflatten([outputs[n] for n in self._onnx_outputs], self._spec)
+        return self._exported.unflatten([outputs[n] for n in self._exported.output_names])
 
     def _deactivate(self) -> None:
         pass   # the engine stays loaded; switching back costs nothing
 
     # ----- checkpoint --------------------------------------------------------------------------
     def _state(self) -> dict:
-        return {"version": STATE_VERSION, "output_spec": self._out_spec, "onnx_inputs": self._onnx_inputs,
-                "onnx_outputs": self._onnx_outputs}
+        return {"version": STATE_VERSION, "onnx": self._exported.to_dict()}
 
     def _artifacts(self) -> dict[str, Path]:
         return {PLAN: self._plan_path, PROFILES: self._profiles_path}
@@ -222,20 +201,10 @@ class TensorRTBackend(Backend):
         self._require(device)
         self._plan_path, self._profiles_path = Path(artifacts[PLAN]), Path(artifacts[PROFILES])
         self._profiles = load_profiles(self._profiles_path)
-        self._out_spec = state["output_spec"]
-        self._onnx_inputs, self._onnx_outputs = list(state["onnx_inputs"]), list(state["onnx_outputs"])
+        self._exported = ExportedModel.from_dict(state["onnx"], self._plan_path)
         self._open(device)
 
 
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _ort_has_cuda() -> bool:
-    ort = require("onnxruntime", "tensorrt", "ONNX autocast")
+    ort = require("onnxruntime", "onnx-gpu", "ONNX autocast on a GPU")
     return "CUDAExecutionProvider" in ort.get_available_providers()
-
-
-def _on_cuda(sample) -> bool:
-    return any(t.is_cuda for t in tensors_of((sample.args, sample.kwargs)))

@@ -1,7 +1,7 @@
 """TensorRT optimization profiles derived from the recorded input shapes (plain data, no TensorRT needed).
 
-Inputs are named as the ONNX export names them: ``input_0``, ``input_1``, ... for the tensor leaves of
-``(args, kwargs)`` in order. A profile gives every input a (min, opt, max) shape.
+Inputs are named as the ONNX export names them (onnx_export.flat_inputs): ``input_0``, ``input_1``, ...
+for the tensor leaves of ``(args, kwargs)`` in order. A profile gives every input a (min, opt, max) shape.
 
 - ``ProfileMode.SINGLE``: one dynamic profile. Per axis, min and max are the smallest and largest size
   recorded; opt is the shape of the most frequent recorded call (the larger batch on a tie).
@@ -19,10 +19,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import torch
-
+from aitune_ray.backend.onnx_export import flat_inputs
 from aitune_ray.errors import ConfigError
-from aitune_ray.samples import SampleStore, tensors_of
+from aitune_ray.samples import SampleStore
 
 Shape = tuple[int, ...]
 
@@ -30,15 +29,6 @@ Shape = tuple[int, ...]
 class ProfileMode(str, enum.Enum):
     SINGLE = "single"
     SAMPLES_USED = "samples_used"
-
-
-def input_name(index: int) -> str:
-    """ONNX name of the index-th tensor input (the export and the profiles agree on these)."""
-    return f"input_{index}"
-
-
-def input_names(count: int) -> list[str]:
-    return [input_name(i) for i in range(count)]
 
 
 def _shape(value: Any, what: str) -> Shape:
@@ -107,8 +97,7 @@ def recorded_shapes(samples: SampleStore) -> list[dict[str, Shape]]:
     """Per recorded sample: ONNX input name -> shape. Raises when the samples disagree on inputs or ranks."""
     out: list[dict[str, Shape]] = []
     for sample in samples:
-        tensors = tensors_of((sample.args, sample.kwargs))
-        out.append({name: tuple(t.shape) for name, t in zip(input_names(len(tensors)), tensors)})
+        out.append({name: tuple(t.shape) for name, t in flat_inputs(sample.args, sample.kwargs).items()})
     if not out:
         raise ConfigError("TensorRT profiles need at least one recorded sample")
     first = out[0]
@@ -213,6 +202,3 @@ def load_profiles(path: Path) -> list[TensorRTProfile]:
         raise ConfigError(f"TensorRT profiles {Path(path).name} must hold a list of profiles")
     return [TensorRTProfile.from_dict(p) for p in data]
 
-
-def shapes_of(inputs: dict[str, torch.Tensor]) -> dict[str, Shape]:
-    return {name: tuple(t.shape) for name, t in inputs.items()}

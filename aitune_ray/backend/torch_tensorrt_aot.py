@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig
-from aitune_ray.backend.tensorrt_profiles import (ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes,
-                                                  input_name)
+from aitune_ray.backend.onnx_export import input_name
+from aitune_ray.backend.tensorrt_profiles import ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.backend.torch_tensorrt_jit import nested_compile_config
 from aitune_ray.errors import BuildError, ConfigError
