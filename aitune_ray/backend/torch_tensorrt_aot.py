@@ -117,8 +117,8 @@ class TorchTensorRTAotBackend(Backend):
         settings["device"] = library.Device(f"cuda:{device.index or 0}")
         compiled = library.dynamo.compile(program, arg_inputs=list(arg_inputs), kwarg_inputs=kwarg_inputs, **settings)
         self._path = Path(workdir) / ARTIFACT
-        library.save(compiled, str(self._path), output_format="exported_program", arg_inputs=list(sample.args),
-                     kwarg_inputs=dict(sample.kwargs) or None, retrace=False)
+        # retrace=False: the graph and its symbolic shapes are saved as compiled, not exported again
+        library.save(compiled, str(self._path), output_format="exported_program", retrace=False)
         del compiled
         self._open(device)   # run what the checkpoint will hold, not the in-memory module
 
