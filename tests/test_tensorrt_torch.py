@@ -208,3 +208,21 @@ def test_torch_tensorrt_jit_with_sage_attention_compiles_with_min_block_size_one
     with pytest.raises(MissingDependencyError):
         restored.restore(Attention(), state, {}, torch.device("cpu"), tmp_path / "restore")
     assert restored.delegate.compile_options(V2_13, torch.device("cuda"))["min_block_size"] == 1
+
+
+# ----- extras ---------------------------------------------------------------------------------------
+
+def test_extras_admit_the_torch_tensorrt_release_of_each_supported_torch_and_its_tensorrt():
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    from pathlib import Path
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    specs = {r.name: r.specifier for r in map(Requirement, extras["torch-tensorrt"] + extras["tensorrt"])}
+    # each torch-tensorrt release pins one torch minor version and a TensorRT range (their wheels' metadata):
+    # 2.11.0 -> torch 2.11, tensorrt-cu13 10.15.x; 2.12.1 -> torch 2.12, 10.16.x; 2.13.0 -> torch 2.13, 11.0.x
+    for release, tensorrt in (("2.11.0", "10.15.1.29"), ("2.12.1", "10.16.1.11"), ("2.13.0", "11.0.0.114")):
+        assert release in specs["torch-tensorrt"] and tensorrt in specs["tensorrt-cu13"]
+    assert "2.14.0" not in specs["torch-tensorrt"]   # pairs with a torch this project does not admit
