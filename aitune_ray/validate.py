@@ -53,6 +53,21 @@ def from_data(cls: type, data: Any, key: str, build: bool = True) -> Any:
     return cls(**values) if build else values
 
 
+def check_plain_fields(cls: type, data: dict, key: str) -> None:
+    """Check the types and bounds of data's fields of cls that hold plain values; fields typed with a dataclass
+    or Any are left to cls itself (its __post_init__ converts them)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: leave the checks to cls
+        return
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in data.items():
+        hint = hints.get(name, Any)
+        if name not in fields or hint is Any or any(dataclasses.is_dataclass(o) for o in typing.get_args(hint)):
+            continue
+        _check_bounds(check_value(value, hint, join_key(key, name)), fields[name].metadata, join_key(key, name))
+
+
 def check_value(value: Any, tp: Any, key: str) -> Any:
     """Check value against a type hint; return it converted (ints to floats, mappings to dataclasses)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -53,10 +53,15 @@ class BackendConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BackendConfig":
-        """Check names, types and sizes of the values (aitune_ray.validate), then build the config."""
-        from aitune_ray.validate import from_data
+        """Check the names, then the types and sizes of plain values (aitune_ray.validate), then build."""
+        from aitune_ray.validate import check_plain_fields
 
-        return cls(**from_data(cls, data, cls.__name__, build=False))
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{cls.__name__} has no field {', '.join(unknown)}; fields: {sorted(known)}")
+        check_plain_fields(cls, data, cls.__name__)
+        return cls(**data)
 
     def key(self) -> str:
         """A stable short hash of the config's type and values."""
