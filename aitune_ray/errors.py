@@ -71,3 +71,7 @@ class CheckpointVersionError(CheckpointError):
 
 class UnknownClassError(CheckpointError):
     """A checkpoint names a backend or kernel provider class that is neither registered nor allowed."""
+
+
+class CheckpointSignatureError(CheckpointError):
+    """A signing key was given and the checkpoint is unsigned or its HMAC does not match."""

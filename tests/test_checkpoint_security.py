@@ -199,3 +199,21 @@ def test_intact_checkpoint_still_loads(saved):
     path, expected = saved
     loaded = ait.load(ait.Module(mlp(seed=4), "m"), path)
     assert loaded(X).equal(expected)
+
+
+# ----- opt-in signing -----------------------------------------------------------------------------------------
+
+def test_signing_is_opt_in_and_a_key_refuses_edited_unsigned_or_foreign_files(saved, setup):
+    from aitune_ray.errors import CheckpointSignatureError
+
+    path, bait, sandbox = setup
+    wrapped = tuned(mlp(), hostile.onnx_backend(), "m")
+    signed = ait.save(wrapped, path.with_name("signed.ait"), signing_key=b"our key")
+    assert ait.load(ait.Module(mlp(seed=4), "m"), signed, signing_key=b"our key")(X).equal(wrapped(X))
+    assert ait.load(ait.Module(mlp(seed=4), "m"), signed)(X).equal(wrapped(X))       # a key is opt-in
+    refused(signed, bait, sandbox, CheckpointSignatureError, match="another key", signing_key="their key")
+    refused(path, bait, sandbox, CheckpointSignatureError, match="not signed", signing_key=b"our key")
+    # the attack that the SHA-256 alone cannot stop: an edited manifest with its hash recomputed
+    edit_manifest(signed, lambda m: m["modules"][0].update(name="renamed"))
+    assert ait.load(ait.Module(mlp(seed=4), "m"), signed).name == "m"                  # hashes agree again
+    refused(signed, bait, sandbox, CheckpointSignatureError, match="changed", signing_key=b"our key")

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import platform
 import re
 from typing import IO, Any, ClassVar, Optional, Union
 
-from aitune_ray.errors import CheckpointError, CheckpointIntegrityError, CheckpointVersionError, ConfigError
+from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointSignatureError,
+                               CheckpointVersionError, ConfigError)
 from aitune_ray.validate import from_data
 
 FORMAT_NAME = "aitune-ray-checkpoint"
@@ -28,6 +30,7 @@ FORMAT_VERSION = 1
 
 MANIFEST = "manifest.json"
 MANIFEST_HASH = "manifest.sha256"
+MANIFEST_SIGNATURE = "manifest.hmac"     # only in signed checkpoints: HMAC-SHA256 of manifest.json
 EAGER = "eager"
 
 CHUNK = 1 << 20
@@ -119,6 +122,25 @@ def check_artifact_name(name: str, module: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def signature(key: bytes | str, manifest: bytes) -> str:
+    """HMAC-SHA256 of the manifest under the user's key. The manifest holds every part's SHA-256, so this
+    authenticates the whole checkpoint: without the key nobody can make a file that verifies."""
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, bytes) or not key:
+        raise CheckpointError("signing_key must be a non-empty bytes or str")
+    return hmac.new(key, manifest, hashlib.sha256).hexdigest()
+
+
+def verify_signature(key: bytes | str, manifest: bytes, recorded: str | None, where: str) -> None:
+    if recorded is None:
+        raise CheckpointSignatureError(f"{where} is not signed, but a signing_key was given: it is refused "
+                                       "(load without signing_key to accept unsigned checkpoints)")
+    if not hmac.compare_digest(signature(key, manifest), recorded):
+        raise CheckpointSignatureError(f"{where}: the signature does not match this signing_key: the file was "
+                                       "changed, or signed with another key")
 
 
 def copy_hashed(source: IO[bytes], target: IO[bytes], limit: int | None = None) -> tuple[str, int]:

@@ -134,20 +134,21 @@ def backend_for(entry: dict) -> Backend | None:
 
 
 def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None,
-                    allowed: Iterable[type] = ()) -> Any:
+                    allowed: Iterable[type] = (), signing_key: bytes | str | None = None) -> Any:
     """Restore every module saved in the checkpoint at path into obj and return obj.
 
     obj may also be the plain model (or a pipeline holding plain modules), as with AITune: the modules are
     wrapped once everything has loaded, and for a plain top-level model the wrapper is returned.
     The backend and kernel provider classes the checkpoint names must be registered (built-in, or defined
-    or imported by the caller's code) or be among allowed; nothing the file names is imported."""
+    or imported by the caller's code) or be among allowed; nothing the file names is imported. With a
+    signing_key, only a checkpoint signed with that key loads."""
     with untrusted(allowed):
-        return _load(obj, Path(path).expanduser(), device_map)
+        return _load(obj, Path(path).expanduser(), device_map, signing_key)
 
 
-def _load(obj: Any, path: Path, device_map: dict[str, Any] | None) -> Any:
+def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: bytes | str | None) -> Any:
     with CheckpointArchive(path) as archive:
-        manifest = archive.manifest()
+        manifest = archive.manifest(signing_key)
         entries = manifest["modules"]
         obj, attach = wrap_plain_modules(obj, entries)
         targets = match_modules(_Attached(obj, attach) if attach else obj, entries)

@@ -81,8 +81,9 @@ class CheckpointArchive:
             folded[name.casefold()] = name
         return infos
 
-    def manifest(self) -> dict:
-        """The manifest, checked against the stored hash, its format version, its schema and the members."""
+    def manifest(self, signing_key: bytes | str | None = None) -> dict:
+        """The manifest, checked against the stored hash (and, given a key, its signature), its format
+        version, its schema and the members."""
         if fmt.MANIFEST not in self._infos:
             raise CheckpointTruncatedError(f"{self.path} has no {fmt.MANIFEST}: it is truncated or is not an "
                                            "aitune-ray checkpoint")
@@ -90,13 +91,18 @@ class CheckpointArchive:
         expected = None
         if fmt.MANIFEST_HASH in self._infos:
             expected = self._read_small(fmt.MANIFEST_HASH, MAX_HASH_BYTES).decode("ascii", "replace").strip()
+        if signing_key is not None:
+            recorded = None
+            if fmt.MANIFEST_SIGNATURE in self._infos:
+                recorded = self._read_small(fmt.MANIFEST_SIGNATURE, MAX_HASH_BYTES).decode("ascii", "replace")
+            fmt.verify_signature(signing_key, data, recorded and recorded.strip(), str(self.path))
         manifest = fmt.parse_manifest(data, expected)
         self._check_parts(manifest)
         return manifest
 
     def _check_parts(self, manifest: dict) -> None:
         """Every part under its own name, listed once, with agreeing sizes; no member the manifest omits."""
-        listed = {fmt.MANIFEST, fmt.MANIFEST_HASH}
+        listed = {fmt.MANIFEST, fmt.MANIFEST_HASH, fmt.MANIFEST_SIGNATURE}
         for index, entry in enumerate(manifest["modules"]):
             parts = [(fmt.weights_member(index), entry["weights"])]
             parts += [(fmt.artifact_member(index, name), part) for name, part in entry["artifacts"].items()]
