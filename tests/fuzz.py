@@ -320,6 +320,8 @@ def checkpoint_cases(path: Path, bait) -> Iterator[tuple[str, str, bytes | None,
             [1, {"type": f"{b.name}.Evil", "context": "null", "children_spec": []}])))
     yield "hostile class", "ONNX custom-op library", None, lambda p, b: hostile.replace_onnx(
         p, lambda model: hostile.add_custom_op(model, str(p.parent / "libcustomops.so")))
+    yield "hostile class", "artifact of native code", None, lambda p, b: hostile.replace_artifact(
+        p, Path(sys.executable).resolve().read_bytes()[:4096])
     yield "hostile class", "ONNX external data outside", None, lambda p, b: hostile.replace_onnx(
         p, lambda model: hostile.point_data_outside(model, "../../../etc/hostname"))
 

@@ -314,8 +314,13 @@ def replace_onnx(path: Path, change) -> None:
     parts = [(i.filename, d) for i, d in parts_of(path)]
     model = onnx.load_from_string(dict(parts)[member])
     change(model)
-    data = model.SerializeToString()
-    write_parts(path, [(n, data if n == member else d) for n, d in parts])
+    replace_artifact(path, model.SerializeToString())
+
+
+def replace_artifact(path: Path, data: bytes) -> None:
+    """Module 0's model.onnx replaced by data, its hash and size fixed in the manifest."""
+    member = "modules/0/artifacts/model.onnx"
+    write_parts(path, [(i.filename, data if i.filename == member else d) for i, d in parts_of(path)])
 
     def fix(m):
         m["modules"][0]["artifacts"]["model.onnx"].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))

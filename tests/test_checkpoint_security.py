@@ -217,3 +217,25 @@ def test_signing_is_opt_in_and_a_key_refuses_edited_unsigned_or_foreign_files(sa
     edit_manifest(signed, lambda m: m["modules"][0].update(name="renamed"))
     assert ait.load(ait.Module(mlp(seed=4), "m"), signed).name == "m"                  # hashes agree again
     refused(signed, bait, sandbox, CheckpointSignatureError, match="changed", signing_key=b"our key")
+
+
+# ----- compiled native code -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["shared object", "package holding one"])
+def test_an_artifact_of_native_code_loads_only_when_trusted(setup, form):
+    """An AOTInductor package holds a shared library that runs as it loads: refused unless allowed or signed."""
+    import io
+    import zipfile
+
+    path, bait, sandbox = setup
+    elf = Path(sys.executable).resolve().read_bytes()[:4096]
+    if form == "package holding one":
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as package:
+            package.writestr("model/data/aotinductor/model/kernels.so", elf)
+        elf = buffer.getvalue()
+    hostile.replace_artifact(path, elf)
+    assert "allow_native_code=True" in refused(path, bait, sandbox, match="compiled native code")
+    # trusted: the native-code check lets it through, and ONNX Runtime's own load is what refuses this one
+    message = refused(path, bait, sandbox, match="model.onnx", allow_native_code=True)
+    assert "native code" not in message

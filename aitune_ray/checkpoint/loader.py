@@ -18,7 +18,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.checkpoint import format as fmt
-from aitune_ray.checkpoint.onnx_check import check_onnx_artifacts
+from aitune_ray.checkpoint.artifact_check import check_artifacts
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
 from aitune_ray.device import resolve_device
@@ -134,19 +134,22 @@ def backend_for(entry: dict) -> Backend | None:
 
 
 def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None,
-                    allowed: Iterable[type] = (), signing_key: bytes | str | None = None) -> Any:
+                    allowed: Iterable[type] = (), signing_key: bytes | str | None = None,
+                    allow_native_code: bool = False) -> Any:
     """Restore every module saved in the checkpoint at path into obj and return obj.
 
     obj may also be the plain model (or a pipeline holding plain modules), as with AITune: the modules are
     wrapped once everything has loaded, and for a plain top-level model the wrapper is returned.
     The backend and kernel provider classes the checkpoint names must be registered (built-in, or defined
     or imported by the caller's code) or be among allowed; nothing the file names is imported. With a
-    signing_key, only a checkpoint signed with that key loads."""
+    signing_key, only a checkpoint signed with that key loads. An artifact of compiled native code (an
+    AOTInductor package) loads only from a signed checkpoint or with allow_native_code=True."""
     with untrusted(allowed):
-        return _load(obj, Path(path).expanduser(), device_map, signing_key)
+        return _load(obj, Path(path).expanduser(), device_map, signing_key, allow_native_code)
 
 
-def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: bytes | str | None) -> Any:
+def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: bytes | str | None,
+          allow_native_code: bool) -> Any:
     with CheckpointArchive(path) as archive:
         manifest = archive.manifest(signing_key)
         entries = manifest["modules"]
@@ -156,7 +159,8 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
         backends = {e["path"]: backend_for(e) for e in entries}
         workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
         try:
-            tensors, artifacts = _extract_all(archive, entries, targets, workdir)
+            tensors, artifacts = _extract_all(archive, entries, targets, workdir,
+                                              allow_native_code or signing_key is not None)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -175,8 +179,8 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
     return obj
 
 
-def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module],
-                 workdir: Path) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
+def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module], workdir: Path,
+                 allow_native_code: bool) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
     """Extract and hash-check every part, then read and check the weights; nothing is applied yet."""
     files: dict[str, tuple[Path, dict[str, Path]]] = {}
     for index, entry in enumerate(entries):
@@ -185,7 +189,7 @@ def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[
         weights = archive.extract(entry["weights"], folder / "weights.safetensors")
         extracted = {name: archive.extract(part, folder / "artifacts" / fmt.check_artifact_name(name, entry["path"]))
                      for name, part in entry["artifacts"].items()}
-        check_onnx_artifacts(entry["path"], extracted)
+        check_artifacts(entry["path"], extracted, allow_native_code)
         files[entry["path"]] = (weights, extracted)
     tensors = {}
     for entry in entries:

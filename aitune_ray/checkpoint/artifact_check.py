@@ -1,14 +1,19 @@
-"""ONNX artifacts of a checkpoint, checked before any runtime opens them.
+"""A checkpoint's artifacts, checked before any runtime opens them.
 
-An ONNX model can ask for code from outside the file: operators of a custom domain, which only a custom-op
-library (a shared object) provides, and tensors whose data lie in external files at any path. A checkpoint
-must not choose either, so a model is refused when a node uses a domain that is neither a standard one nor
-defined by the model's own functions, when it names a library in its metadata, or when its external data
-are not plain files of the same module's artifacts.
+Compiled native code: an artifact that is, or holds (as an AOTInductor package holds its shared library),
+machine code runs that code when it loads. It is refused unless the caller trusts the file: the checkpoint
+verified against the caller's signing key, or allow_native_code=True.
+
+ONNX models can ask for code and files from outside: operators of a custom domain, which only a custom-op
+library (a shared object) provides, and tensors whose data lie in external files at any path. A model is
+refused when a node uses a domain that is neither a standard one nor defined by the model's own functions,
+when it names a library in its metadata, or when its external data are not files of the same module's
+artifacts.
 """
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 from aitune_ray.checkpoint import format as fmt
@@ -20,11 +25,49 @@ STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.trai
 LIBRARY_WORDS = ("library", "custom_op", "plugin", ".so", ".dll", ".dylib")
 
 
-def check_onnx_artifacts(module: str, artifacts: dict[str, Path]) -> None:
-    """Refuse the module's .onnx artifacts that need code or files from outside the checkpoint."""
+# The first bytes of ELF (Linux; CUDA cubins too), Mach-O (32, 64 bit, universal) and PE (Windows) files.
+NATIVE_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                b"\xca\xfe\xba\xbe", b"MZ\x90\x00")
+NATIVE_SUFFIXES = (".so", ".dll", ".dylib", ".pyd")
+
+
+def check_artifacts(module: str, artifacts: dict[str, Path], allow_native_code: bool) -> None:
+    """Refuse the module's artifacts that need code or files from outside the checkpoint, and (unless
+    allowed) those holding compiled native code."""
     for name, path in artifacts.items():
+        if not allow_native_code:
+            found = native_code_in(path)
+            if found is not None:
+                raise CheckpointError(
+                    f"module {module!r}: artifact {name!r} holds compiled native code ({fmt.shown(found)}), which "
+                    "would run as it loads, and a checkpoint must not choose which code runs; if you trust this "
+                    "file, load it with allow_native_code=True (or sign your checkpoints: save(..., "
+                    "signing_key=KEY), load(..., signing_key=KEY))")
         if name.endswith(".onnx"):
             check_onnx_model(module, name, path, set(artifacts))
+
+
+def native_code_in(path: Path) -> str | None:
+    """The name of the machine code in the file at path (the file itself, or a member of a zip such as an
+    AOTInductor package), or None."""
+    with open(path, "rb") as file:
+        if file.read(4).startswith(NATIVE_MAGIC):
+            return path.name
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename.lower()
+                if name.endswith(NATIVE_SUFFIXES) or ".so." in name.rpartition("/")[2]:
+                    return info.filename
+                if not info.is_dir() and info.file_size >= 4:
+                    with archive.open(info) as member:
+                        if member.read(4).startswith(NATIVE_MAGIC):
+                            return info.filename
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError):
+        return path.name + " (an unreadable archive)"
+    return None
 
 
 def check_onnx_model(module: str, name: str, path: Path, artifact_names: set[str]) -> None:
