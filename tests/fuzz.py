@@ -20,6 +20,7 @@ import json
 import random
 import signal
 import sys
+import types
 import typing
 from collections import Counter
 from pathlib import Path
@@ -80,18 +81,19 @@ def _fields(cls: type, data: dict, path: tuple) -> Iterator[tuple[tuple, Any, An
         if inner is not None and isinstance(value, dict):
             yield from _fields(inner, value, here)
         if isinstance(value, list):
-            item = _dataclass_in(typing.get_args(_unoptional(hint))[0]) if typing.get_args(_unoptional(hint)) else None
+            (element_hint,) = typing.get_args(_unoptional(hint)) or (Any,)
+            item = _dataclass_in(element_hint)
             for index, element in enumerate(value):
                 if item is not None and isinstance(element, dict):
                     yield from _fields(item, element, (*here, index))
                 else:
-                    yield (*here, index), element, typing.get_args(_unoptional(hint))[0]
+                    yield (*here, index), element, element_hint
 
 
 def _unoptional(hint):
+    """X for X | None, else hint."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType")) \
-        and len(args) == 1 else hint
+    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
 
 
 def _dataclass_in(hint) -> type | None:
