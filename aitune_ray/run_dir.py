@@ -259,6 +259,7 @@ class ModuleJournal:
                                  "with other settings (tolerance, measurement or config) than this run asks "
                                  "for; --fresh starts over")
         result = BuildResult.from_dict(record["result"])
+        result.spec = job.spec   # this run's own: a stored record never chooses which class is built
         for name, value in list(result.artifacts.items()):
             if isinstance(value, dict) and "file" in value:   # a copy in this folder; the live copy in workdir
                 source = self.folder / value["file"]
