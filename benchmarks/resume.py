@@ -10,7 +10,11 @@ its own running `aitune-ray tune`:
 2. killed: from nothing, with another fresh cache folder; SIGKILLed as soon as the run folder holds the
    results of half of the candidates;
 3. resumed: `--resume` on the killed run's folder, with the killed run's cache folder (one user's
-   machine: what the killed run compiled is still on its disk, as it would be).
+   machine: what the killed run compiled is still on its disk, as it would be);
+4. with --control, a second cold run, to show how often two cold runs agree on this machine.
+
+Every candidate that passes is re-measured side by side with eager before the choice (remeasure_margin
+10: within 1000% of the best), so the decision rests on paired numbers taken in one process at one time.
 
 The targets: resumed wall + killed wall <= 1.1x cold wall; resumed wall <= 0.6x cold wall; the same
 decision (chosen backend) for every module. Wall times are whole processes: start, Ray (when used),
@@ -45,8 +49,9 @@ def write_job(folder: Path, backends: list[str], executor: str, device: str, blo
         "model": "examples.mlp.model:make_model", "model_args": {"blocks": blocks, "width": width},
         "data": "examples.mlp.model:make_data", "data_args": {"batch_sizes": [4, 16], "per_batch_size": 4, "width": width},
         "modules": [{"path": "", "name": "mlp"}],
-        "strategy": {"type": "MaxThroughput", "measure": {"warmup_runs": 3, "min_runs": 10, "max_runs": 100,
-                                                          "max_seconds": 0.5}},
+        # every candidate that passes is a finalist: the choice is made on side-by-side (paired) numbers
+        "strategy": {"type": "MaxThroughput", "remeasure_margin": 10.0,
+                     "measure": {"warmup_runs": 3, "min_runs": 10, "max_runs": 100, "max_seconds": 0.5}},
         "backends": [BACKENDS[name] for name in backends],
         "device": device, "executor": {"type": executor},
     }
@@ -98,6 +103,8 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, in seconds")
+    parser.add_argument("--control", action="store_true", help="a second cold run too: how often two cold runs "
+                        "agree on this machine (the decision's own noise, apart from resuming)")
     parser.add_argument("--out", help="also write the table to this markdown file")
     parser.add_argument("--keep", help="keep the runs' folders here (default: a temporary folder, removed)")
     args = parser.parse_args()
@@ -131,6 +138,11 @@ def main() -> int:
         resumed_s, resumed_rc = finish(start(job, folder, "resumed", folder / "cache-killed", "--resume",
                                              "--run-dir", str(run_dir)), started, args.timeout)
         cold, resumed = decision(folder, "cold"), decision(folder, "resumed")
+        control = None
+        if args.control:
+            started = time.perf_counter()
+            finish(start(job, folder, "control", folder / "cache-control", "--fresh"), started, args.timeout)
+            control = decision(folder, "control")
 
     total = killed_s + resumed_s
     rows = [
@@ -149,6 +161,9 @@ def main() -> int:
     lines += [f"| {' | '.join(row)} |" for row in rows]
     lines += ["", f"decision, cold: {cold or 'none'}", f"decision, resumed: {resumed or 'none'}",
               f"same decision: {'yes' if same else 'NO'}"]
+    if control is not None:
+        lines.append(f"decision, a second cold run (control): {control or 'none'}"
+                     f" ({'agrees' if control == cold else 'differs'} with the first)")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -20,7 +20,10 @@ import sys
 import threading
 import time
 
-from tests.ray_helpers import FastBackend, HelperConfig
+import pytest
+import torch
+
+from tests.ray_helpers import FastBackend, HelperConfig, SlowNet
 
 
 @dataclasses.dataclass
@@ -114,7 +117,29 @@ def start_gate(name: str):
     return ray.remote(num_cpus=0)(Gate).options(name=name, namespace=NAMESPACE).remote()
 
 
+def recorded_net(strategy):
+    """A wrapped SlowNet named "net" that has recorded a call at batch sizes 1 and 4."""
+    import aitune_ray as ait
+
+    module = ait.Module(SlowNet(), name="net", strategy=strategy)
+    with torch.no_grad():
+        for bs in (1, 4):
+            module(torch.randn(bs, 8))
+    return module
+
+
 # ----- what a test leaves behind ---------------------------------------------------------------------
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The driver's temporary folders go to tmp_path/tmp, so that a test can see what is left there."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
 def descendants(pid: int) -> dict[int, str]:
     """{pid: command line} of every live process below pid (from /proc; zombies left out)."""
     parents: dict[int, list[int]] = {}

@@ -20,20 +20,12 @@ from aitune_ray import cli
 from aitune_ray.errors import AITuneRayError, ClusterError
 from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.results import CRASHED
-from tests.fault_helpers import GateConfig, GatedBackend, start_gate, tuner_processes, wait_until
+from tests.fault_helpers import GateConfig, GatedBackend, recorded_net, start_gate, tuner_processes, wait_until
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet, WeightsAotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_PATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
-
-
-def recorded(strategy) -> ait.Module:
-    module = ait.Module(SlowNet(), name="net", strategy=strategy)
-    with torch.no_grad():
-        for bs in (1, 4):
-            module(torch.randn(bs, 8))
-    return module
 
 
 def closed_port() -> int:
@@ -66,7 +58,7 @@ def test_the_cli_names_an_unreachable_address(tmp_path, monkeypatch, capsys):
 
 
 def tuned(tmp_path) -> tuple[ait.Module, Path]:
-    module = recorded(ait.MaxThroughputStrategy([FastBackend(HelperConfig(tag=1))], measure_config=MEASURE))
+    module = recorded_net(ait.MaxThroughputStrategy([FastBackend(HelperConfig(tag=1))], measure_config=MEASURE))
     module.tune(executor=ait.InlineExecutor(remeasure_rounds=0))
     path = ait.save(module, tmp_path / "out" / "net.ait")
     return module, path
@@ -119,7 +111,7 @@ def test_a_worker_node_removed_mid_job(tmp_path, monkeypatch):
         ray.init(address=cluster.address, log_to_driver=False)
         gate = start_gate("node")
         executor = ait.RayExecutor(task_timeout_s=60, remeasure_rounds=3, log_dir=str(tmp_path / "logs"))
-        module = recorded(ait.MaxThroughputStrategy([
+        module = recorded_net(ait.MaxThroughputStrategy([
             GatedBackend(GateConfig(tag=1, gate="node", at="build")), FastBackend(HelperConfig(tag=2)),
             WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE))
 

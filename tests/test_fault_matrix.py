@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -30,6 +29,8 @@ from tests.fault_helpers import (  # noqa: E402
     GateConfig,
     GatedBackend,
     alive_tuner_actors,
+    recorded_net,
+    scratch,  # noqa: F401 - a fixture
     start_gate,
     tuner_processes,
     wait_until,
@@ -56,15 +57,6 @@ def cluster():
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """The driver's temporary folders go to tmp_path/tmp, so that a test can see what is left there."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 @pytest.fixture
@@ -96,14 +88,6 @@ def kill_on_arrival(gate) -> threading.Thread:
     return thread
 
 
-def recorded(strategy) -> ait.Module:
-    module = ait.Module(SlowNet(), name="net", strategy=strategy)
-    with torch.no_grad():
-        for bs in (1, 4):
-            module(torch.randn(bs, 8))
-    return module
-
-
 def check_checkpoint(module: ait.Module, path: Path) -> None:
     """Save, load into a fresh model, and compare with the tuned module on new data."""
     ait.save(module, path)
@@ -118,7 +102,7 @@ def test_an_actor_killed_during_a_build_or_a_measurement(cluster, executor, scra
     gate_name = f"kill-{at}"
     gate = start_gate(gate_name)
     generations = sum(slot.generation for slot in executor.pool.slots)
-    module = recorded(ait.MaxThroughputStrategy([
+    module = recorded_net(ait.MaxThroughputStrategy([
         GatedBackend(GateConfig(tag=1, gate=gate_name, at=at)), FastBackend(HelperConfig(tag=2)),
         WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE))
     killer = kill_on_arrival(gate)
@@ -138,7 +122,7 @@ def test_an_actor_killed_during_a_build_or_a_measurement(cluster, executor, scra
 
 def test_an_actor_killed_during_remeasurement_remeasures_on_another(cluster, executor, scratch, tmp_path):
     gate = start_gate("kill-remeasure")
-    module = recorded(ait.MaxThroughputStrategy([
+    module = recorded_net(ait.MaxThroughputStrategy([
         GatedBackend(GateConfig(tag=1, gate="kill-remeasure", at="remeasure")),
         FastBackend(HelperConfig(tag=2, infer_delay_s=0.002))], measure_config=MEASURE))
     killer = kill_on_arrival(gate)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import os
 import resource
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.measure.timing import MeasureConfig
-from tests.fault_helpers import alive_tuner_actors, descendants, wait_until
+from tests.fault_helpers import alive_tuner_actors, descendants, scratch, wait_until  # noqa: F401 - a fixture
 from tests.ray_helpers import FastBackend, HelperConfig, RaisingBackend, SlowNet, WeightsAotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,14 +72,6 @@ def run_load(executor) -> None:
     del pipeline
     gc.collect()
     assert rss_bytes() <= start * 1.10, f"driver memory grew from {start >> 20} MiB to {rss_bytes() >> 20} MiB"
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
 
 
 @pytest.mark.slow
