@@ -33,7 +33,7 @@ import torch
 
 from aitune_ray.cluster import artifacts
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
-from aitune_ray.errors import RunFolderError
+from aitune_ray.errors import ConfigError, RunFolderError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, BuildResult, CandidateJob
 from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
@@ -165,7 +165,7 @@ class RunFolder:
     @classmethod
     def open(cls, path: str | Path, identity: dict | None = None, mode: str = "resume") -> "RunFolder":
         if mode not in ("resume", "fresh", "new"):
-            raise ValueError(f"mode must be resume, fresh or new, got {mode!r}")
+            raise ConfigError(f"mode must be resume, fresh or new, got {mode!r}")
         path = Path(path)
         identity = {"format": FORMAT, **package_identity(), **(identity or {})}
         meta = path / "run.json"
