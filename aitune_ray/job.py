@@ -45,6 +45,8 @@ class StrategySpec:
     noise_tolerance: float = 0.03
     tolerance: float | dict[str, float] | None = None
     remeasure_margin: float = 0.10          # MaxThroughput only
+    dispatch_by_batch_size: bool = False    # MaxThroughput only
+    deploy_check_rounds: int = 20
     measure: dict[str, Any] = dataclasses.field(default_factory=dict)   # MeasureConfig fields
 
 
@@ -132,7 +134,7 @@ class Job:
             backends = default_strategy(resolve_device(device)).backends
         cls = getattr(aitune_ray, STRATEGIES[spec.type])
         options = dict(tolerance=spec.tolerance, min_speedup_ratio=spec.min_speedup_ratio,
-                       noise_tolerance=spec.noise_tolerance,
+                       noise_tolerance=spec.noise_tolerance, deploy_check_rounds=spec.deploy_check_rounds,
                        measure_config=make_config(MeasureConfig, spec.measure, "strategy.measure"))
         try:
             if spec.type == "OneBackend":
@@ -140,7 +142,8 @@ class Job:
                     raise ConfigError(f"backends: OneBackend takes exactly one backend, got {len(backends)}")
                 strategy = cls(backends[0], **options)
             elif spec.type == "MaxThroughput":
-                strategy = cls(backends, remeasure_margin=spec.remeasure_margin, **options)
+                strategy = cls(backends, remeasure_margin=spec.remeasure_margin,
+                               dispatch_by_batch_size=spec.dispatch_by_batch_size, **options)
             else:
                 strategy = cls(backends, **options)
         except ConfigError as exc:
