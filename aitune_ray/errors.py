@@ -41,6 +41,14 @@ class NotApplicableError(BuildError):
     """The backend built, but does not apply to this module (a quantizer that found no layer to change)."""
 
 
+class ExportError(BuildError):
+    """A model could not be exported (ONNX); ``step`` names where it failed."""
+
+    def __init__(self, step: str, message: str):
+        self.step = step
+        super().__init__(message)
+
+
 class CorrectnessError(AITuneRayError):
     """A backend's outputs differ from eager outputs beyond tolerance."""
 
