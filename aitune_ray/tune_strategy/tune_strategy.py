@@ -121,12 +121,13 @@ class TuneStrategy(ABC):
         all rounds. Without re-measurement, the unpaired first timings decide. Records every outcome."""
         mix = report.call_mix
         eager = executor.remeasure(context, results, baseline) if results else None
-        if not eager or any(set(r.remeasured) != set(mix) for r in results):
-            outcomes = {r.key: self.gate(r, baseline, mix) for r in results}
-        else:
+        paired = [r for r in results if eager and set(r.remeasured) == set(mix)]
+        # a result the executor could not re-measure (it failed to restore there) keeps its first timings
+        outcomes = {r.key: self.gate(r, baseline, mix) for r in results if r not in paired}
+        if paired:
             report.remeasured_baseline = {bs: t.to_dict() for bs, t in eager.items()}
-            outcomes = {r.key: self.gate(r, eager, mix, paired=True, final=False) for r in results}
-            again = [r for r in results if not outcomes[r.key].decided]
+            outcomes.update({r.key: self.gate(r, eager, mix, paired=True, final=False) for r in paired})
+            again = [r for r in paired if not outcomes[r.key].decided]
             if again:
                 first = {r.key: dict(r.remeasured) for r in again}
                 more = executor.remeasure(context, again, baseline)
