@@ -71,9 +71,11 @@ def _simulated_tuning(rng, speedup, noise=0.10, rounds=30, mix=None):
 
 
 @pytest.mark.slow
-def test_a_one_percent_win_under_ten_percent_noise_is_rarely_chosen():
+@pytest.mark.parametrize("speedup", [1.0, 1.0095, 1.01])
+def test_a_one_percent_win_under_ten_percent_noise_is_rarely_chosen(speedup):
+    # 1.0095x was once chosen in about a third of tunings under 10% noise, when point medians decided
     rng = random.Random(11)
-    outcomes = [_simulated_tuning(rng, 1.01) for _ in range(600)]
+    outcomes = [_simulated_tuning(rng, speedup) for _ in range(500)]
     chosen = sum(o.passed for o in outcomes) / len(outcomes)
     assert chosen <= 0.04, chosen
     # eager kept, and said why: mostly too noisy to tell
