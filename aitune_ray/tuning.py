@@ -17,6 +17,7 @@ from aitune_ray.cluster.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
 from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError, RunFolderError
 from aitune_ray.module import Module, ModuleState, recording_session
+from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,6 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
     context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config)
     logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
                 len(samples), samples.batch_sizes())
-    backend = None
     try:
         try:
             report = strategy.tune(context, executor)
@@ -87,12 +87,10 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
             module.report = context.report
             raise
         module.report = report
-        chosen = report.chosen_result()
-        backend = executor.materialize(context, chosen) if chosen else None
-        module.use_backend(backend)
+        deploy_checked(module, executor, context, report, strategy)
         executor.discard(context)
     finally:
-        _release_workdir(context.workdir, [backend, module.report])
+        _release_workdir(context.workdir, [module.backend, module.report])
     return report
 
 
