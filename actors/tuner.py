@@ -28,7 +28,8 @@ import torch
 from actors.forge import ForgeWork
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
-from aitune_ray.cluster import artifacts
+from aitune_ray.failures import pack_exception
+import aitune_ray.artifacts as artifacts
 from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
 from aitune_ray.results import ERROR, CandidateJob
 
@@ -77,7 +78,7 @@ def _plain_name(name: str) -> str:
 
 class TunerActor:
     """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
-    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.cluster.artifacts)."""
+    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts)."""
 
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None):
         self.slot = slot
@@ -227,7 +228,7 @@ class TunerActor:
                 result.artifacts = {}
                 self._built.pop((name, candidate.key), None)
         logger.info("candidate %s: %s %s", candidate.key, result.status, result.error)
-        return {"result": result.to_dict(), "refs": refs}
+        return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception)}
 
     def _restore(self, name: str, module, device: torch.device, finalist: dict) -> Backend:
         backend = self._built.get((name, finalist["key"]))

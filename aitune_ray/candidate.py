@@ -12,26 +12,14 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend
+from aitune_ray.device import gpu_identity
+from aitune_ray.failures import is_oom
 from aitune_ray.measure.correctness import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, profile_samples
 from aitune_ray.results import ERROR, OK, OOM, REJECTED, BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
-
-
-def gpu_identity(device: torch.device) -> str:
-    if device.type != "cuda":
-        return "cpu"
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    return f"{props.name} #{index} ({getattr(props, 'uuid', '')})"
-
-
-def is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return "out of memory" in str(exc).lower()
 
 
 def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, device: torch.device,
@@ -41,7 +29,7 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
     Returns the result record and, when the candidate is usable, the live built backend.
     """
     device = torch.device(device)
-    result = BuildResult(key=job.key, backend=job.spec.get("type", "").rpartition(":")[2], spec=job.spec,
+    result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec,
                          status=ERROR, device=str(device), gpu=gpu_identity(device), node=platform.node(),
                          log_path=log_path)
     backend = None
@@ -78,7 +66,7 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
         result.error = f"{stage} failed: {type(exc).__name__}: {exc}"
         logger.warning("%s: %s", job.key, result.error)
         logger.debug("%s", traceback.format_exc())
-        result.exception = exc  # driver-local only; never serialized
+        result.exception = exc
         return result, None
     finally:
         result.total_s = time.perf_counter() - started

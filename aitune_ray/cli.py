@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitune_ray.cluster.executor import RunHandle
+from aitune_ray.executor import RunHandle
 from aitune_ray.errors import AITuneRayError, ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB = 0, 1, 2
@@ -253,7 +253,7 @@ def write_report(job, job_path: Path, device, report, elapsed_s: float, check: d
 def make_executor(job):
     """The job's executor, printing progress. The inline path never imports Ray."""
     if job.executor.type == "inline":
-        from aitune_ray.cluster.inline import InlineExecutor
+        from aitune_ray.inline import InlineExecutor
 
         class InlineWithProgress(ProgressLines, InlineExecutor):
             def submit(self, context, jobs):

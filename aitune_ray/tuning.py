@@ -1,4 +1,4 @@
-"""tune(), save() and load(): the top-level AITune API."""
+"""tune() and tune_modules(): record, then tune each wrapped module (save() and load() live in checkpoint)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,19 @@ import contextlib
 import importlib.util
 import logging
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from aitune_ray.cluster.executor import Executor, TuneContext
+from aitune_ray.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
 from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError
-from aitune_ray.module import Module, ModuleState, recording_session
+from aitune_ray.recording import ModuleState, recording_session
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
+
+# A "module" here is an aitune_ray.Module; this file does not import module.py, which imports it (Module.tune).
 
 
 def default_strategy(device: torch.device):
@@ -52,7 +53,7 @@ def _opened(executor: Executor | None) -> Iterator[Executor]:
 def default_executor() -> Executor:
     """RayExecutor in local single-node mode when ray is installed, else InlineExecutor (with a warning).
     AITUNE_RAY_EXECUTOR=inline picks the inline executor regardless."""
-    from aitune_ray.cluster.inline import InlineExecutor
+    from aitune_ray.inline import InlineExecutor
 
     if os.environ.get("AITUNE_RAY_EXECUTOR", "").lower() == "inline":
         return InlineExecutor()
@@ -65,7 +66,7 @@ def default_executor() -> Executor:
     return RayExecutor()
 
 
-def _tune_one(module: Module, device: torch.device, executor: Executor) -> ModuleReport:
+def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
     if not len(module.samples):
         raise RecordingError(f"{module.name} has no recorded samples: call it (or tune() a function that "
                              "calls it) with real inputs before tuning")
@@ -89,7 +90,7 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
     return report
 
 
-def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
+def tune_modules(modules: Iterable, device=None, executor: Executor | None = None,
                  raise_errors: bool = False) -> TuningReport:
     """Tune each module in turn. A module that fails stays eager, with the reason logged and reported."""
     report = TuningReport()
@@ -122,7 +123,7 @@ def _devices_are_local(executor: Executor | None) -> bool:
     return not os.environ.get("RAY_ADDRESS")
 
 
-def _unique_names(modules: list[Module]) -> None:
+def _unique_names(modules: list) -> None:
     """Reports, executors and checkpoints key modules by name: give clashing names a numeric suffix."""
     seen: dict[str, int] = {}
     for module in modules:
@@ -144,7 +145,7 @@ def _call(func: Callable, item: Any) -> None:
         func(item)
 
 
-def _record(func: Callable, dataset: Iterable) -> list[Module]:
+def _record(func: Callable, dataset: Iterable) -> list:
     """Call func on every item under a recording session; the wrapped Modules that recorded calls."""
     items = 0
     with recording_session() as reached, torch.no_grad():
@@ -182,17 +183,3 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
         report = tune_modules(modules, device=device, executor=executor)
     logger.info("tuning finished\n%s", report.markdown())
     return report
-
-
-def save(obj: Any, path: str | Path) -> Path:
-    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file."""
-    from aitune_ray.checkpoint import save_checkpoint
-
-    return save_checkpoint(obj, Path(path))
-
-
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj."""
-    from aitune_ray.checkpoint import load_checkpoint
-
-    return load_checkpoint(obj, Path(path), device_map=device_map)

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aitune_ray as ait  # noqa: E402
+from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
@@ -57,7 +58,7 @@ def parse_run(text: str) -> tuple[str, int]:
 
 def short_label(spec: dict) -> str:
     """A backend spec as a short name: its class, the config values that tell candidates apart, its delegate."""
-    name = str(spec.get("type", "?")).rpartition(":")[2]
+    name = short_name(spec.get("type", "?"))
     config = spec.get("config") or {}
     keys = [str(config[k]) for k in ("mode", "quantization", "provider") if config.get(k)]
     label = name + (f"({', '.join(keys)})" if keys else "")

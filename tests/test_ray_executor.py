@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
-from aitune_ray.cluster import artifacts  # noqa: E402
+from aitune_ray import artifacts  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.module import ModuleState  # noqa: E402
 from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
+from aitune_ray.imports import class_path, import_class  # noqa: F401 (import_class: for callers)
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -74,24 +75,6 @@ class BackendState(str, enum.Enum):
     INACTIVE = "inactive"
     CHECKPOINT_LOADED = "checkpoint_loaded"
     DEPLOYED = "deployed"
-
-
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def import_class(path: str, base: type) -> type:
-    """Import 'package.module:Class' and check that it subclasses base (never unpickles)."""
-    module_name, _, qualname = path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import {path!r}: {exc}") from exc
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise ConfigError(f"{path!r} is not a {base.__name__} subclass")
-    return obj
 
 
 def require(module_name: str, extra: str, what: str) -> Any:

@@ -340,6 +340,6 @@ class PlanRun:
         if self.error is None:
             return []
         exc = self.error
-        return [BuildResult(key=j.key, backend=j.spec.get("type", "").rpartition(":")[2], spec=j.spec, status=ERROR,
+        return [BuildResult(key=j.key, backend=j.backend_name, spec=j.spec, status=ERROR,
                             error_type=type(exc).__name__, error=f"kernel plan failed: {type(exc).__name__}: {exc}",
                             build_s=self.seconds, device=str(self.context.device)) for j in self.jobs]

@@ -19,9 +19,8 @@ from typing import Any, Iterator
 
 import ray
 
-from aitune_ray.cluster.ray_executor import _DEATH, _is_oom, _short
-from aitune_ray.kernel_forge.records import ERROR, OK, OOM, TIMED_OUT
-from aitune_ray.results import CRASHED
+from aitune_ray.failures import classify, short
+from aitune_ray.kernel_forge.records import ERROR, OK, TIMED_OUT
 
 
 class Cancelled(Exception):
@@ -148,14 +147,14 @@ class Scheduler:
             work.out = ray.get(ref)
             work.status = OK
             slot.busy = False
-        except _DEATH as exc:
-            work.status = OOM if _is_oom(exc) else CRASHED
-            work.error = f"the worker process died during {work.method} of {work.label} ({_short(exc)})"
-            self.pool.replace(slot, f"forge task {work.label}: {work.status}")
         except ray.exceptions.RayError as exc:
-            cause = getattr(exc, "cause", None) or exc
-            work.status, work.error = ERROR, f"{type(cause).__name__}: {_short(cause, 2000)}"
-            slot.busy = False
+            failure = classify(exc)
+            work.status, work.error = failure.status, failure.error
+            if failure.worker_lost:
+                work.error = f"the worker process died during {work.method} of {work.label} ({short(exc)})"
+                self.pool.replace(slot, f"forge task {work.label}: {work.status}")
+            else:
+                slot.busy = False
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -33,45 +33,18 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
-from aitune_ray.cluster import artifacts
+import aitune_ray.artifacts as artifacts
 from aitune_ray.cluster.detached import DetachedBackend
-from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
 from aitune_ray.device import parse_device
 from aitune_ray.errors import BuildError, ConfigError, DeviceError
+from aitune_ray.failures import classify, log_hint, revive_exception, short
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.results import CANCELLED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 progress_logger = logging.getLogger("aitune_ray.progress")
-
-_DEATH = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
-          ray.exceptions.NodeDiedError, ray.exceptions.ActorUnschedulableError)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, ray.exceptions.OutOfMemoryError):
-        return True
-    # Ray's memory monitor kills the worker with a message saying so; the generic "worker died" text only
-    # lists the OOM killer among possible causes, which is not evidence.
-    text = str(exc).lower()
-    return any(s in text for s in ("memory monitor", "out of memory", "low on memory", "outofmemory"))
-
-
-def _short(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def _log_hint(path: str) -> str:
-    """The fatal line a dying worker left in its log, when the log is readable from here."""
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    fatal = [line for line in lines if "Fatal Python error" in line]
-    return fatal[-1].strip() if fatal else ""
-
 
 def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
@@ -224,24 +197,22 @@ class _RayHandle(RunHandle):
         slot, job = task.slot, task.job
         try:
             out = ray.get(ref)
-        except _DEATH as exc:
-            status = OOM if _is_oom(exc) else CRASHED
-            hint = _log_hint(slot.log_path)
-            what = "ran out of memory" if status == OOM else "died"
-            result = self._failed(task, status, f"the worker process {what} while building {_backend_name(job)}"
-                                  f"{': ' + hint if hint else ''} ({_short(exc)})", type(exc).__name__)
-            self._ex.pool.replace(slot, f"{job.key}: {status}")
+        except ray.exceptions.RayError as exc:   # the worker died, or the actor method itself raised
+            failure = classify(exc)
+            if not failure.worker_lost:
+                slot.busy = False
+                result = self._failed(task, failure.status, failure.error, failure.error_type)
+                result.exception = failure.cause
+                return result
+            hint = log_hint(slot.log_path)
+            what = "ran out of memory" if failure.status == OOM else "died"
+            result = self._failed(task, failure.status, f"the worker process {what} while building "
+                                  f"{job.backend_name}{': ' + hint if hint else ''} ({short(exc)})", failure.error_type)
+            self._ex.pool.replace(slot, f"{job.key}: {failure.status}")
             return result
-        except ray.exceptions.TaskCancelledError as exc:
-            slot.busy = False
-            return self._failed(task, CANCELLED, _short(exc), type(exc).__name__)
-        except ray.exceptions.RayError as exc:   # the actor method itself raised (e.g. the module did not load)
-            slot.busy = False
-            cause = getattr(exc, "cause", None) or exc
-            status = OOM if _is_oom(cause) else ERROR
-            return self._failed(task, status, f"{type(cause).__name__}: {_short(cause, 2000)}", type(cause).__name__)
         slot.busy = False
         result = BuildResult.from_dict(out["result"])
+        result.exception = revive_exception(out.get("exception"))
         try:
             for name, blob in (out.get("refs") or {}).items():
                 result.artifacts[name] = ray.get(blob)
@@ -255,13 +226,13 @@ class _RayHandle(RunHandle):
 
     def _timed_out(self, task: _Task) -> BuildResult:
         limit = self._ex.task_timeout_s
-        result = self._failed(task, TIMED_OUT, f"{_backend_name(task.job)} ran past task_timeout_s={limit:g}s; "
+        result = self._failed(task, TIMED_OUT, f"{task.job.backend_name} ran past task_timeout_s={limit:g}s; "
                               "its actor was killed and replaced", "TimeoutError")
         self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
         return result
 
     def _unrun(self, job: CandidateJob) -> BuildResult:
-        result = BuildResult(key=job.key, backend=_backend_name(job), spec=job.spec, status=ERROR,
+        result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
                              error_type="NoActorsLeft",
                              error=f"not run: every actor slot used up its max_actor_restarts="
                                    f"{self._ex.max_actor_restarts} replacements")
@@ -271,14 +242,10 @@ class _RayHandle(RunHandle):
     def _failed(self, task: _Task, status: str, error: str, error_type: str) -> BuildResult:
         info = task.slot.identity()
         device = "cuda" if self._ex._intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
-        return BuildResult(key=task.job.key, backend=_backend_name(task.job), spec=task.job.spec, status=status,
+        return BuildResult(key=task.job.key, backend=task.job.backend_name, spec=task.job.spec, status=status,
                            error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
                            log_path=info.get("log_path") or task.slot.log_path)
-
-
-def _backend_name(job: CandidateJob) -> str:
-    return job.spec.get("type", "").rpartition(":")[2]
 
 
 class RayExecutor(Executor):
@@ -290,7 +257,7 @@ class RayExecutor(Executor):
         GPUs of the cluster, at most max_actors. A cluster without GPUs gets max_actors (or 1) CPU actors.
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
-    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.cluster.artifacts).
+    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.artifacts).
     log_dir: each actor's own log file goes here (default: a new temporary directory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
@@ -442,18 +409,19 @@ class RayExecutor(Executor):
                 if started is not None and now - started > self.task_timeout_s:
                     self.pool.replace(slot, f"{what} timed out")
                     raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
-        except _DEATH as exc:
-            self.pool.replace(slot, f"{what}: worker died")
-            raise BuildError(f"the worker died during {what} ({_short(exc)}); log: {slot.log_path}") from exc
         except ray.exceptions.RayError as exc:
-            raise BuildError(f"{what} failed: {_short(getattr(exc, 'cause', None) or exc, 2000)}") from exc
+            failure = classify(exc)
+            if failure.worker_lost:
+                self.pool.replace(slot, f"{what}: worker died")
+                raise BuildError(f"the worker died during {what} ({short(exc)}); log: {slot.log_path}") from exc
+            raise BuildError(f"{what} failed: {failure.error}") from exc
         except KeyboardInterrupt:
             self.pool.replace(slot, f"{what} interrupted", failure=False)
             raise
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
               elapsed_s: float) -> None:
-        record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
+        record = {"module": context.name, "key": job.key, "backend": job.backend_name, "event": event,
                   "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
                   "elapsed_s": round(elapsed_s, 3)}
         progress_logger.info("%s %s [%s] %s %s on %s %s after %.1fs", record["module"], record["backend"],

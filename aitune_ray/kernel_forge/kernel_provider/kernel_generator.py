@@ -19,7 +19,8 @@ from typing import Any, Callable
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.function_samples import FunctionSample
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider
-from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry, class_path
+from aitune_ray.imports import class_path
+from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry
 
 logger = logging.getLogger(__name__)
 

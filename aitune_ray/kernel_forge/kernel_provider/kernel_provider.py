@@ -19,7 +19,8 @@ import torch
 
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.function_samples import FunctionSample
-from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry, class_path
+from aitune_ray.imports import class_path
+from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry
 from aitune_ray.measure.correctness import default_tolerance
 
 logger = logging.getLogger(__name__)

@@ -11,15 +11,12 @@ from __future__ import annotations
 import logging
 
 from aitune_ray.errors import ConfigError
+from aitune_ray.imports import class_path, import_class
 
 logger = logging.getLogger(__name__)
 
 TYPE_KEY = "type"
 CLASS_KEY = "class"
-
-
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 class Registry:
@@ -45,8 +42,6 @@ class Registry:
         if path:
             if path in self._by_path:
                 return self._by_path[path]
-            from aitune_ray.backend.backend import import_class
-
             return import_class(path, base)
         name = data.get(TYPE_KEY)
         found = self._by_name.get(name or "", [])

@@ -9,7 +9,7 @@ from typing import Iterator
 from aitune_ray.backend.backend import Backend
 from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.candidate import run_candidate
-from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.measure.timing import Timing, profile_samples, profile_side_by_side
