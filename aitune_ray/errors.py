@@ -37,6 +37,14 @@ class BuildError(AITuneRayError):
     """A backend failed to build (raised, crashed, timed out or ran out of memory)."""
 
 
+class ExportError(BuildError):
+    """A model could not be exported (ONNX); ``step`` names where it failed."""
+
+    def __init__(self, step: str, message: str):
+        self.step = step
+        super().__init__(message)
+
+
 class CorrectnessError(AITuneRayError):
     """A backend's outputs differ from eager outputs beyond tolerance."""
 

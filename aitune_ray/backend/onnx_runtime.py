@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig, require
+from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
 from aitune_ray.errors import BuildError
-from aitune_ray.samples import SampleStore, tensors_of
+from aitune_ray.samples import SampleStore
 
 
 class ONNXExecutionProvider(str, enum.Enum):
@@ -38,10 +38,6 @@ class ONNXRuntimeBackendConfig(BackendConfig):
             self.execution_provider = ONNXExecutionProvider(self.execution_provider)
 
 
-def _input_names(count: int) -> list[str]:
-    return [f"input_{i}" for i in range(count)]
-
-
 class ONNXRuntimeBackend(Backend):
     config_class = ONNXRuntimeBackendConfig
     is_jit = False
@@ -54,22 +50,9 @@ class ONNXRuntimeBackend(Backend):
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         require("onnxruntime", "onnx", "ONNXRuntimeBackend")
-        require("onnx", "onnx", "ONNXRuntimeBackend")
         self._check_provider(device)   # before the export, which takes a while on a large model
-        sample = max(samples, key=lambda s: s.batch_size)
-        inputs = tensors_of((sample.args, sample.kwargs))
-        names = _input_names(len(inputs))
-        dynamic_axes = None
-        if len(samples.batch_sizes()) > 1 and sample.batch_size > 1:
-            dynamic_axes = {n: {0: "batch"} for n, t in zip(names, inputs)
-                            if t.dim() > 0 and t.shape[0] == sample.batch_size}
-        self._model_path = Path(workdir) / "model.onnx"
-        program = torch.onnx.export(module, tuple(sample.args), None if self.config.use_dynamo else str(self._model_path),
-                                    kwargs=dict(sample.kwargs), dynamo=self.config.use_dynamo, input_names=names,
-                                    dynamic_axes=dynamic_axes, opset_version=self.config.opset_version)
-        if self.config.use_dynamo:
-            program.save(str(self._model_path))
-        self._out_spec = pytree.treespec_dumps(pytree.tree_flatten(sample.outputs)[1])
+        self._exported = export_onnx(module, samples, Path(workdir) / "model.onnx",
+                                     use_dynamo=self.config.use_dynamo, opset_version=self.config.opset_version)
         self._open(device)
 
     def _check_provider(self, device: torch.device) -> ONNXExecutionProvider:
@@ -92,34 +75,27 @@ class ONNXRuntimeBackend(Backend):
         if provider == ONNXExecutionProvider.TENSORRT:
             providers.append(ONNXExecutionProvider.CUDA.value)
             options.append({"device_id": device.index or 0})
-        session = ort.InferenceSession(str(self._model_path), providers=providers,
+        session = ort.InferenceSession(str(self._exported.path), providers=providers,
                                        provider_options=options or None)
         if provider.value not in session.get_providers():  # never fall back to the CPU silently
             raise BuildError(f"ONNX Runtime session did not take {provider.value} (it has "
                              f"{session.get_providers()})")
         self._session = session
         self._feed_names = [i.name for i in session.get_inputs()]
-        self._spec = pytree.treespec_loads(self._out_spec)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        inputs = tensors_of((args, kwargs))
-        by_name = dict(zip(_input_names(len(inputs)), inputs))
+        by_name = flat_inputs(args, kwargs)
         feed = {n: by_name[n].detach().cpu().numpy() for n in self._feed_names}
         outputs = self._session.run(None, feed)
         leaves = [torch.from_numpy(np.ascontiguousarray(o)).to(self.device) for o in outputs]
-        return pytree.tree_unflatten(leaves, self._spec)
+        return self._exported.unflatten(leaves)
 
     def _state(self) -> dict:
-        return {"output_spec": self._out_spec}
+        return {"exported": self._exported.to_dict()}
 
     def _artifacts(self) -> dict[str, Path]:
-        files = {"model.onnx": self._model_path}
-        data = self._model_path.with_name(self._model_path.name + ".data")  # weights of models over 2 GB
-        if data.exists():
-            files[data.name] = data
-        return files
+        return self._exported.files()
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
-        self._model_path = Path(artifacts["model.onnx"])
-        self._out_spec = state["output_spec"]
+        self._exported = ExportedModel.from_dict(state["exported"], Path(artifacts["model.onnx"]))
         self._open(device)
