@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitune_ray.executor import RunHandle
 from aitune_ray.errors import AITuneRayError, ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB = 0, 1, 2
@@ -255,71 +254,36 @@ def make_executor(job):
     if job.executor.type == "inline":
         from aitune_ray.inline import InlineExecutor
 
-        class InlineWithProgress(ProgressLines, InlineExecutor):
-            def submit(self, context, jobs):
-                return _SequentialProgress(super().submit(context, jobs), context, jobs)
-
-        return InlineWithProgress()
+        return InlineExecutor(progress=print_progress)
     try:
         from aitune_ray.cluster.ray_executor import RayExecutor
     except ImportError as exc:
         raise AITuneRayError(f"the ray executor is not available here ({exc}); install 'aitune-ray[ray]' "
                              "or run with --executor inline") from exc
-
-    class RayWithProgress(ProgressLines, RayExecutor):
-        pass
-
-    return RayWithProgress(job.executor.address, progress=print_progress, **job.executor.ray_options())
+    return RayExecutor(job.executor.address, progress=print_progress, **job.executor.ray_options())
 
 
 def print_progress(event: dict) -> None:
-    """One line per progress event: {"module","key","backend","event","status","node","gpu","elapsed_s"}."""
+    """A line for a module's eager baseline, for each build's start and for each build's end (progress
+    events of aitune_ray.executor; the others are left to the log)."""
     where = ", ".join(str(event[k]) for k in ("node", "gpu") if event.get(k))
     where = f" on {where}" if where else ""
     module, backend = event.get("module", "?"), event.get("backend") or event.get("key", "?")
-    if event.get("event") == "building":
+    kind, task = event.get("event"), event.get("task", "build")
+    if task == "baseline" and kind == "measuring":
+        say(f"[{module}] measuring eager{where}: {event.get('samples', '?')} samples, "
+            f"batch sizes {event.get('batch_sizes', '?')}")
+        return
+    if task != "build" or kind not in ("building", "done"):
+        return
+    if kind == "building":
         say(f"[{module}] building  {backend}{where}")
         return
     status = event.get("status", "?")
-    word = "done    " if status == "ok" else "FAILED  "
+    word = {"ok": "done    ", "cancelled": "stopped "}.get(status, "FAILED  ")
     elapsed = event.get("elapsed_s")
     took = f" after {elapsed:.1f} s" if isinstance(elapsed, (int, float)) else ""
     say(f"[{module}] {word}{backend}: {status}{took}{where}")
-
-
-class ProgressLines:
-    """Mixed into an executor class: a line when a module's eager baseline is measured."""
-
-    def baseline(self, context):
-        say(f"[{context.name}] measuring eager on {context.device}: {len(context.samples)} samples, "
-            f"batch sizes {context.samples.batch_sizes()}")
-        return super().baseline(context)
-
-
-class _SequentialProgress(RunHandle):
-    """Wraps a run handle whose jobs run one after another in the given order (the inline executor)."""
-
-    def __init__(self, handle, context, jobs):
-        self.handle, self.context, self.jobs = handle, context, list(jobs)
-
-    def __iter__(self):
-        results = iter(self.handle)
-        for job in self.jobs:
-            name = job.spec.get("type", "").rpartition(":")[2]
-            print_progress({"module": self.context.name, "key": job.key, "backend": name, "event": "building",
-                            "node": platform.node(), "gpu": str(self.context.device)})
-            started = time.perf_counter()
-            try:
-                result = next(results)
-            except StopIteration:
-                return
-            print_progress({"module": self.context.name, "key": result.key, "backend": result.backend,
-                            "event": "done", "status": result.status, "node": result.node, "gpu": result.gpu,
-                            "elapsed_s": time.perf_counter() - started})
-            yield result
-
-    def cancel(self):
-        self.handle.cancel()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,27 @@
-"""The executor seam: strategies hand candidate jobs to an executor and decide on the results."""
+"""The executor seam: strategies hand candidate jobs to an executor and decide on the results.
+
+Every executor reports what it does as progress events, one plain dict each, to its ``progress`` sink
+(a callable; the CLI prints them, a live view draws them) and on the "aitune_ray.progress" logger:
+
+    module, key, backend   the module and the candidate ("" for a module-wide task such as the baseline)
+    task                   build, baseline, remeasure, profile, forge-benchmark, forge-generate, ...
+    event                  queued, planning, building, checking, measuring, remeasuring, done
+    status                 "running" until the "done" event, which carries the outcome (ok, error, ...)
+    node, gpu              where it runs (the driver's for planning)
+    elapsed_s              seconds since the task started (0 at its start)
+    time                   the driver's wall clock (time.time()) when the event was observed
+Each task's first event marks its start and its "done" event its end, on the node and GPU named.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -15,6 +30,13 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.measure.timing import MeasureConfig, Timing
 from aitune_ray.results import BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
+
+logger = logging.getLogger(__name__)
+progress_logger = logging.getLogger("aitune_ray.progress")
+
+#: The events of a task, in the order they can occur.
+EVENTS = ("queued", "planning", "building", "checking", "measuring", "remeasuring", "done")
+RUNNING = "running"
 
 
 @dataclasses.dataclass
@@ -43,7 +65,28 @@ class RunHandle(ABC):
 
 
 class Executor(ABC):
-    """Runs candidate jobs. InlineExecutor runs them here; RayExecutor on GPU-pinned actors."""
+    """Runs candidate jobs. InlineExecutor runs them here; RayExecutor on GPU-pinned actors.
+
+    progress: called with every progress event (see the module docstring); None: logged only."""
+
+    progress: Callable[[dict], None] | None = None
+
+    def emit(self, context: TuneContext, event: str, *, task: str = "build", job: CandidateJob | None = None,
+             status: str = RUNNING, where: dict | None = None, elapsed_s: float = 0.0, **extra: Any) -> dict:
+        """Send one progress event to the sink and the progress logger. A sink that raises is logged,
+        except KeyboardInterrupt (Ctrl-C in a callback stops the run)."""
+        where = where or {}
+        record = {"module": context.name, "key": job.key if job else "", "backend": job.backend_name if job else "",
+                  "event": event, "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
+                  "task": task, "elapsed_s": round(elapsed_s, 3), "time": time.time(), **extra}
+        progress_logger.info("%s %s %s [%s] %s %s on %s %s after %.1fs", record["module"], task, record["backend"],
+                             record["key"], event, status, record["node"], record["gpu"], elapsed_s)
+        if self.progress is not None:
+            try:
+                self.progress(record)
+            except Exception:
+                logger.exception("the progress callback raised")
+        return record
 
     def open(self) -> None:
         """Acquire resources (start Ray, create actors). Called before the first module is tuned."""

@@ -1,106 +1,128 @@
-"""InlineExecutor: every candidate one after another in this process. No Ray; for debugging and CPUs."""
+"""InlineExecutor: every candidate one after another in this process, on the worker core. No Ray."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Iterator
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
-from aitune_ray.candidate import run_candidate
+from aitune_ray.device import gpu_identity
+from aitune_ray.errors import ConfigError
 from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
-from aitune_ray.measure.timing import Timing, profile_samples, profile_side_by_side
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.measure.timing import Timing
+from aitune_ray.results import CANCELLED, BuildResult, CandidateJob
+from aitune_ray.worker import Worker, finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
 
 
 class _InlineHandle(RunHandle):
     def __init__(self, executor: "InlineExecutor", context: TuneContext, jobs: list[CandidateJob]):
-        self._executor, self._context, self._jobs = executor, context, list(jobs)
+        self._ex, self._ctx, self._jobs = executor, context, list(jobs)
+        self._next = 0
         self._cancelled = False
+        for job in self._jobs:
+            executor.emit(context, "queued", job=job)
 
     def __iter__(self) -> Iterator[BuildResult]:
-        ctx = self._context
-        for index, job in enumerate(self._jobs):
-            if self._cancelled:
-                return
-            logger.info("[%s] candidate %d/%d: %s", ctx.name, index + 1, len(self._jobs), job.key)
+        ex, ctx = self._ex, self._ctx
+        where = ex.where(ctx)
+        while self._next < len(self._jobs) and not self._cancelled:
+            job = self._jobs[self._next]
+            self._next += 1
+            logger.info("[%s] candidate %d/%d: %s", ctx.name, self._next, len(self._jobs), job.key)
             plan_key = KernelSelectorBackend.plan_key(job.spec)
             plan_key = None if plan_key is None else (ctx.name, plan_key)
-            if plan_key in self._executor._plans:   # another KernelSelector candidate planned it already
+            if plan_key in ex._plans:   # another KernelSelector candidate planned it already
                 logger.info("[%s] %s reuses the kernel plan made for a candidate before it", ctx.name, job.key)
-                job = dataclasses.replace(job, spec=KernelSelectorBackend.spec_with_plan(
-                    job.spec, self._executor._plans[plan_key]))
-            result, backend = run_candidate(job, ctx.module, ctx.samples, ctx.device, ctx.workdir)
+                job = dataclasses.replace(job, spec=KernelSelectorBackend.spec_with_plan(job.spec, ex._plans[plan_key]))
+            started = time.monotonic()
+            ex.emit(ctx, "building", job=job, where=where)
+            result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
+                ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
+            backend = ex.worker.built(ctx.name, job.key)
             if plan_key is not None and isinstance(backend, KernelSelectorBackend):
-                self._executor._plans.setdefault(plan_key, backend.plan)
-            if backend is not None:
-                backend.deactivate()
-                self._executor._built[(ctx.name, job.key)] = backend
+                ex._plans.setdefault(plan_key, backend.plan)
+            ex.emit(ctx, "done", job=job, status=result.status, where=where, elapsed_s=time.monotonic() - started)
             yield result
 
     def cancel(self) -> None:
+        if self._cancelled:
+            return
         self._cancelled = True
+        for job in self._jobs[self._next:]:
+            self._ex.emit(self._ctx, "done", job=job, status=CANCELLED)
 
 
 class InlineExecutor(Executor):
-    """Runs builds sequentially in the calling process, keeping the built backends alive.
+    """Runs builds sequentially in the calling process, on one worker core (aitune_ray.worker).
 
     remeasure_rounds: before MaxThroughput decides, eager and the finalists are timed again in turn
     (A B A B ..., this many rounds per batch size): each candidate was first timed at its own moment, after
     the builds before it, and a slow drift (clocks, heat, whatever a build left running) would otherwise
     decide between close candidates. 0 keeps the first numbers.
+    progress: called with each progress event (aitune_ray.executor).
 
     KernelSelector candidates of one module with the same kernel-selection config (they differ in their
     delegate) share one plan: the first profiles and plans, the others build on its plan (on Ray the
     driver makes one plan for them all)."""
 
-    def __init__(self, remeasure_rounds: int = 30):
+    def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
         self.remeasure_rounds = remeasure_rounds
-        self._built: dict[tuple[str, str], Backend] = {}
+        self.progress = progress
+        self.worker = Worker(Path(tempfile.mkdtemp(prefix="aitune-ray-inline-")))
         self._plans: dict[tuple[str, str], KernelOptimizationPlan] = {}   # (module, plan key) -> plan
 
+    @staticmethod
+    def where(context: TuneContext) -> dict:
+        return {"node": platform.node(), "gpu": gpu_identity(context.device)}
+
+    def _load(self, context: TuneContext) -> None:
+        """The module and samples, as they are (no copy): the worker core keys them by identity."""
+        token = (id(context.module), id(context.samples), str(context.device))
+        self.worker.load(context.name, token, lambda: (context.module, context.samples), context.device,
+                         workdir=context.workdir, as_is=True)
+
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        return profile_samples(context.module, context.samples, context.device, context.measure)
+        self._load(context)
+        where, started = self.where(context), time.monotonic()
+        self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
+                  batch_sizes=context.samples.batch_sizes())
+        timings = self.worker.baseline(context.name, context.measure.to_dict())
+        self.emit(context, "done", task="baseline", status="ok", where=where, elapsed_s=time.monotonic() - started)
+        return {int(bs): Timing.from_dict(t) for bs, t in timings.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        self._load(context)
         return _InlineHandle(self, context, jobs)
 
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        backends = {r.key: self._built.get((context.name, r.key)) for r in results}
-        backends = {key: b for key, b in backends.items() if b is not None}
-        if not self.remeasure_rounds or not backends:
+        if not self.remeasure_rounds or not results:
             return None
-        calls = {"eager": context.module}
-        for key, backend in backends.items():
-            backend.activate()
-            calls[key] = backend.infer
-        try:
-            timed = profile_side_by_side(calls, context.samples, context.device, self.remeasure_rounds)
-        finally:
-            for backend in backends.values():
-                backend.deactivate()
-        for r in results:
-            r.remeasured = {bs: t.to_dict() for bs, t in timed.get(r.key, {}).items()}
-        logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(backends))
-        return timed["eager"]
+        self._load(context)
+        where, started = self.where(context), time.monotonic()
+        self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
+        out = self.worker.remeasure(context.name, [finalist(r) for r in results], self.remeasure_rounds)
+        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
+        eager = remeasured_eager(results, out)
+        logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(out["results"]))
+        return eager
 
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
-        backend = self._built.get((context.name, result.key))
-        if backend is None:
-            raise BuildError(f"{result.key} was not built here for {context.name}")
-        backend.activate()
-        return backend
+        self._load(context)
+        return self.worker.take(context.name, finalist(result))
 
     def discard(self, context: TuneContext) -> None:
-        for key in [k for k in self._built if k[0] == context.name]:
-            del self._built[key]
+        self.worker.discard(context.name)
         for key in [k for k in self._plans if k[0] == context.name]:
             del self._plans[key]

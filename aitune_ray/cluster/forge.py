@@ -1,7 +1,7 @@
 """RayKernelOptimizer: the kernel forge's search spread over a RayExecutor's GPU actors.
 
 The driver profiles once (KernelOptimizer.profile_functions, as inline) and puts each selected function's
-recorded samples in the object store once (on the CPU). Then, as actor tasks (TunerActor.forge_*):
+recorded samples in the object store once (on the CPU). Then, as actor tasks (TunerActor.forge):
 
 - every generator runs on an actor; its generation_timeout counts from that task's submission, and a
   generator still running at its deadline has its actor killed and replaced; every other result is kept.
@@ -153,7 +153,7 @@ class RayKernelOptimizer(KernelOptimizer):
         works = {}
         for job in jobs:
             spec = job.provider if isinstance(job.provider, dict) else job.provider.to_dict()
-            work = self._work("forge_benchmark", searches[job.function], _provider_name(job.provider), spec,
+            work = self._work("benchmark", searches[job.function], _provider_name(job.provider), spec,
                               self.tolerance, self.measure.to_dict(), job.source)
             works[work] = (job, spec)
         self._queued()
@@ -176,7 +176,7 @@ class RayKernelOptimizer(KernelOptimizer):
                     self._generation_failed(searches[fn], generator.name, ERROR,
                                             f"to_dict failed: {type(exc).__name__}: {exc}")
                     continue
-                works.append(self._work("forge_generate", searches[fn], generator.name, spec, generator=True))
+                works.append(self._work("generate", searches[fn], generator.name, spec, generator=True))
                 logger.info("submitted %s for %s to the actors", generator.name, fn)
         return works
 
@@ -228,7 +228,7 @@ class RayKernelOptimizer(KernelOptimizer):
 
     def _originals(self, search: FunctionSearch, where: set) -> dict[tuple, ProviderBenchmark]:
         """The original timed on each (node, gpu) in where (on another actor where that one is gone)."""
-        works = [self._work("forge_original", search, f"original F.{search.function}", self.measure.to_dict(),
+        works = [self._work("original", search, f"original F.{search.function}", self.measure.to_dict(),
                             prefer=identity) for identity in sorted(where)]
         found: dict[tuple, ProviderBenchmark] = {}
         for work in self._scheduler.wait(works):
@@ -245,7 +245,7 @@ class RayKernelOptimizer(KernelOptimizer):
     def _remeasure(self, search: FunctionSearch, finalists: list[ProviderBenchmark]) -> None:
         """The original and finalists timed interleaved on one actor (the best's GPU where it lives)."""
         best = finalists[0]
-        work = self._work("forge_interleaved", search, f"re-measure of {search.function}",
+        work = self._work("interleaved", search, f"re-measure of {search.function}",
                           [r.provider for r in finalists], self.final_rounds, prefer=(best.node, best.gpu))
         next(self._scheduler.wait([work]))
         if work.status != OK:

@@ -1,4 +1,4 @@
-"""Forge tasks on a RayExecutor's actor pool: Work (one TunerActor.forge_* call) and the Scheduler that
+"""Forge tasks on a RayExecutor's actor pool: Work (one TunerActor.forge call) and the Scheduler that
 runs it on idle actors in submission order, with timeouts.
 
 A generator's timeout (generation_timeout) counts from its task's submission, and a generator still running
@@ -31,7 +31,7 @@ class Cancelled(Exception):
 class Work:
     """One actor task of the forge."""
 
-    method: str                      # a TunerActor method
+    method: str                      # a forge task: benchmark, generate, original, interleaved
     args: tuple
     function: str
     label: str                       # what it runs (a provider's or generator's name)
@@ -122,7 +122,7 @@ class Scheduler:
             self.queue.remove(work)
             work.slot, work.dispatched = slot, time.monotonic()
             work.where = slot.identity()
-            work.ref = getattr(slot.actor, work.method).remote(*work.args)
+            work.ref = slot.actor.forge.remote(work.method, *work.args)
             self.inflight[work.ref] = work
         self._demand()
 
@@ -151,7 +151,7 @@ class Scheduler:
             failure = classify(exc)
             work.status, work.error = failure.status, failure.error
             if failure.worker_lost:
-                work.error = f"the worker process died during {work.method} of {work.label} ({short(exc)})"
+                work.error = f"the worker process died during the forge {work.method} of {work.label} ({short(exc)})"
                 self.pool.replace(slot, f"forge task {work.label}: {work.status}")
             else:
                 slot.busy = False
@@ -167,7 +167,7 @@ class Scheduler:
                 work.error = (f"no result {self.generation_timeout:g} s after submission; its actor was killed and "
                               "replaced")
             else:
-                work.error = (f"{work.method} of {work.label} ran past task_timeout_s="
+                work.error = (f"forge {work.method} of {work.label} ran past task_timeout_s="
                               f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
             work.status = TIMED_OUT
             self.pool.replace(work.slot, f"forge task {work.label}: timed out", failure=not work.generator)

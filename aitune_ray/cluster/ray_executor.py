@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import logging
 import os
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -42,9 +43,9 @@ from aitune_ray.errors import BuildError, ConfigError, DeviceError
 from aitune_ray.failures import classify, log_hint, revive_exception, short
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.worker import finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
-progress_logger = logging.getLogger("aitune_ray.progress")
 
 def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
@@ -76,6 +77,8 @@ class _RayHandle(RunHandle):
         self._plans = [PlanRun(executor, context, group) for group in groups.values()]
         self._inflight: dict = {}     # ObjectRef -> _Task
         self._cancelled = False
+        for job in jobs:
+            executor._emit(context, job, "queued", "running", {}, 0.0)
 
     def start(self) -> None:
         """Keep one actor for the eager baseline and start the first builds on the others now, so that
@@ -94,9 +97,12 @@ class _RayHandle(RunHandle):
         try:
             for plan in self._plans:   # each profiles here, then searches on a thread of its own
                 for job in plan.jobs:
-                    self._ex._emit(self._ctx, job, "planning", "running", {}, 0.0)
+                    self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
                 plan.start()
             while not self._cancelled and (self._queue or self._inflight or self._plans):
+                # Jobs already queued go before those whose plan has just finished: the plain builds wait
+                # only for the driver's profiling, never for the search.
+                self._dispatch()
                 for result in self._planned():
                     yield result
                     if self._cancelled:
@@ -134,14 +140,18 @@ class _RayHandle(RunHandle):
         if self._cancelled:
             return
         self._cancelled = True
+        never = list(self._queue)
         self._queue.clear()
+        for job in never:
+            self._ex._emit(self._ctx, job, "done", CANCELLED, {}, 0.0)
         kept = self._ex._baseline_slots.pop(self._ctx.name, None)
         if kept is not None:   # the baseline never ran (an error before it)
             kept.busy = False
         for plan in self._plans:
             plan.cancel()
             for job in plan.jobs:
-                self._ex._emit(self._ctx, job, "done", CANCELLED, {}, time.monotonic() - plan.started)
+                self._ex._emit(self._ctx, job, "done", CANCELLED, self._ex.driver(), time.monotonic() - plan.started,
+                               task="profile")
         self._plans.clear()
         stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
         self._inflight.clear()
@@ -158,8 +168,12 @@ class _RayHandle(RunHandle):
             outcomes = list(zip(plan.jobs, plan.outcome()))   # empty when the plan was cancelled
             self._queue.extendleft(reversed([o for _, o in outcomes if isinstance(o, CandidateJob)]))
             for job, outcome in outcomes:
+                if isinstance(outcome, CandidateJob):
+                    self._ex._emit(self._ctx, job, "done", "ok", self._ex.driver(), time.monotonic() - plan.started,
+                                   task="profile")
                 if isinstance(outcome, BuildResult):
-                    self._ex._emit(self._ctx, job, "done", outcome.status, {}, time.monotonic() - plan.started)
+                    self._ex._emit(self._ctx, job, "done", outcome.status, self._ex.driver(),
+                                   time.monotonic() - plan.started, task="profile")
                     yield outcome
 
     def _dispatch(self) -> None:
@@ -420,17 +434,13 @@ class RayExecutor(Executor):
             raise
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
-              elapsed_s: float) -> None:
-        record = {"module": context.name, "key": job.key, "backend": job.backend_name, "event": event,
-                  "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
-                  "elapsed_s": round(elapsed_s, 3)}
-        progress_logger.info("%s %s [%s] %s %s on %s %s after %.1fs", record["module"], record["backend"],
-                             record["key"], event, status, record["node"], record["gpu"], elapsed_s)
-        if self.progress is not None:
-            try:
-                self.progress(record)
-            except Exception:
-                logger.exception("the progress callback raised")
+              elapsed_s: float, task: str = "build") -> None:
+        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s)
+
+    @staticmethod
+    def driver() -> dict:
+        """Where the driver's own work (profiling for a kernel plan) runs, for progress events."""
+        return {"node": platform.node(), "gpu": "driver"}
 
     def _done(self, context: TuneContext, task: _Task, result: BuildResult) -> None:
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.slot.identity()
@@ -441,13 +451,19 @@ class RayExecutor(Executor):
         """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any."""
         kept = self._baseline_slots.pop(context.name, None)
         slot = kept if kept is not None and kept.alive else self._slot()
+        started, status = time.monotonic(), ERROR
+        self.emit(context, "measuring", task="baseline", where=slot.identity(), samples=len(context.samples),
+                  batch_sizes=context.samples.batch_sizes())
         try:
             ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
                                              context.measure.to_dict())
             data = self._call(slot, ref, f"eager baseline of {context.name}")
+            status = "ok"
         finally:
             if kept is not None:
                 kept.busy = False
+            self.emit(context, "done", task="baseline", status=status, where=slot.identity(),
+                      elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
@@ -467,22 +483,24 @@ class RayExecutor(Executor):
         if not results:
             return None
         slot = self._slot(prefer={identities.most_common(1)[0][0]})
-        payload = [{"key": r.key, "spec": r.spec, "state": r.state, "artifacts": self._outbound(context, r)}
-                   for r in results]
+        payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
                                           self.remeasure_rounds)
+        started = time.monotonic()
+        self.emit(context, "remeasuring", task="remeasure", where=slot.identity(), finalists=[r.key for r in results])
         try:
             out = self._call(slot, ref, f"re-measurement of {context.name}")
         except BuildError as exc:
+            self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
+                      elapsed_s=time.monotonic() - started)
             logger.warning("[%s] finalists keep their raw numbers: %s", context.name, exc)
             return None
-        for key, error in out["errors"].items():
-            logger.warning("[%s] %s was not re-measured: %s", context.name, key, error)
-        for r in results:
-            r.remeasured = {int(bs): t for bs, t in out["results"].get(r.key, {}).items()}
+        self.emit(context, "done", task="remeasure", status="ok", where=slot.identity(),
+                  elapsed_s=time.monotonic() - started)
+        eager = remeasured_eager(results, out)
         logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
                     len(out["results"]), len(identities), out["node"], out["gpu"])
-        return {int(bs): Timing.from_dict(t) for bs, t in out["eager"].items()}
+        return eager
 
     def _outbound(self, context: TuneContext, result: BuildResult) -> dict:
         """A result's artifacts as a worker can read them: files this driver wrote travel as bytes."""
