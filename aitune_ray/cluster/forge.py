@@ -94,13 +94,15 @@ class RayKernelOptimizer(KernelOptimizer):
     executor: a RayExecutor (opened here if it is not yet). intent: "cuda" or "cpu", the device kind the
     actors use (None: the recorded samples' device). remeasure_margin: see finalists_to_remeasure;
     final_rounds is the number of interleaved rounds (0: decide on the separate medians). on_queue: called
-    once, when the first tasks (generators, provider benchmarks) are queued.
+    once, when the first tasks (generators, provider benchmarks) are queued. context: the module's
+    TuneContext, when each task should be a progress event of the executor.
     """
 
     def __init__(self, *args: Any, executor, intent: str | None = None, remeasure_margin: float = REMEASURE_MARGIN,
-                 on_queue: Callable[[], None] | None = None, **kwargs: Any):
+                 on_queue: Callable[[], None] | None = None, context=None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.executor = executor
+        self.context = context
         self.intent = intent
         self.remeasure_margin = float(remeasure_margin)
         self.on_queue = on_queue
@@ -114,7 +116,7 @@ class RayKernelOptimizer(KernelOptimizer):
 
     def search(self, profiled: ProfiledFunctions) -> KernelOptimizationPlan:
         self.executor.open()
-        self._scheduler = Scheduler(self.executor, self.generation_timeout, self._cancelled)
+        self._scheduler = Scheduler(self.executor, self.generation_timeout, self._cancelled, self.context)
         self._boxes = {}
         try:
             return super().search(profiled)
@@ -293,7 +295,7 @@ class PlanRun:
         try:
             backend = Backend.from_spec(self.job.spec)
             self._optimizer = backend.config.optimizer(
-                RayKernelOptimizer, executor=self.executor, on_queue=self.ready.set,
+                RayKernelOptimizer, executor=self.executor, on_queue=self.ready.set, context=ctx,
                 intent="cuda" if torch.device(ctx.device).type == "cuda" else "cpu")
             if len(ctx.samples):
                 profiled = self._optimizer.profile_functions(ctx.module, ctx.samples, module=ctx.module)

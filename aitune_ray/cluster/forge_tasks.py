@@ -48,11 +48,19 @@ class Work:
     seconds: float = 0.0
 
 
-class Scheduler:
-    """Runs Work on the idle actors of executor's pool, in submission order, with timeouts."""
+#: Per forge task: its progress task name and the event that starts it.
+EVENTS = {"benchmark": ("forge-benchmark", "benchmarking"), "generate": ("forge-generate", "generating"),
+          "original": ("forge-benchmark", "measuring"), "interleaved": ("forge-remeasure", "remeasuring")}
 
-    def __init__(self, executor, generation_timeout: float, cancelled: threading.Event):
+
+class Scheduler:
+    """Runs Work on the idle actors of executor's pool, in submission order, with timeouts.
+
+    context: the module's TuneContext, when the work's progress events are wanted (executor.emit)."""
+
+    def __init__(self, executor, generation_timeout: float, cancelled: threading.Event, context=None):
         self.executor = executor
+        self.context = context
         self.pool = executor.pool
         self.generation_timeout = generation_timeout
         self.cancelled = cancelled
@@ -84,6 +92,13 @@ class Scheduler:
             self.pool.demand.pop(id(self), None)
 
     # ----- internals ----------------------------------------------------------------------------
+    def _emit(self, work: Work, event: str, status: str) -> None:
+        if self.context is not None:
+            task = EVENTS[work.method][0]
+            self.executor.emit(self.context, event, task=task, status=status, where=work.where,
+                               elapsed_s=time.monotonic() - work.dispatched if status != "running" else 0.0,
+                               key=f"{task}:{work.function}:{work.label}", backend=work.label, function=work.function)
+
     def _demand(self) -> None:
         with self.pool.lock:
             self.pool.demand[id(self)] = len(self.queue)
@@ -124,6 +139,7 @@ class Scheduler:
             work.where = slot.identity()
             work.ref = slot.actor.forge.remote(work.method, *work.args)
             self.inflight[work.ref] = work
+            self._emit(work, EVENTS[work.method][1], "running")
         self._demand()
 
     def _deadline(self, work: Work, now: float) -> float:
@@ -155,6 +171,7 @@ class Scheduler:
                 self.pool.replace(slot, f"forge task {work.label}: {work.status}")
             else:
                 slot.busy = False
+        self._emit(work, "done", self._status(work))
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -171,3 +188,11 @@ class Scheduler:
                               f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
             work.status = TIMED_OUT
             self.pool.replace(work.slot, f"forge task {work.label}: timed out", failure=not work.generator)
+            self._emit(work, "done", TIMED_OUT)
+
+    @staticmethod
+    def _status(work: Work) -> str:
+        """A finished task's outcome: the record's own status where the task returned one."""
+        if work.status == OK and isinstance(work.out, dict) and isinstance(work.out.get("status"), str):
+            return work.out["status"]
+        return work.status
