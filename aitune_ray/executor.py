@@ -28,7 +28,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.measure.timing import MeasureConfig, Timing
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.results import ERROR, BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -133,3 +133,10 @@ class Executor(ABC):
 
     def discard(self, context: TuneContext) -> None:
         """Forget the built backends of this module that were not chosen."""
+
+
+def failed_plan(jobs: list[CandidateJob], exc: BaseException, seconds: float, device) -> list[BuildResult]:
+    """The result of each job whose shared plan (Backend.plan_key) could not be made."""
+    return [BuildResult(key=j.key, backend=j.backend_name, spec=j.spec, status=ERROR, error_type=type(exc).__name__,
+                        error=f"plan failed: {type(exc).__name__}: {exc}", build_s=seconds, device=str(device),
+                        exception=exc) for j in jobs]

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from aitune_ray.backend.backend import Backend
-from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
+from aitune_ray.backend.backend import Backend, backend_class_of, plan_key_of
 from aitune_ray.device import gpu_identity
 from aitune_ray.errors import ConfigError
-from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
+from aitune_ray.executor import Executor, RunHandle, TuneContext, failed_plan
+from aitune_ray.kernel_forge.runner import LocalRunner
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, BuildResult, CandidateJob
+from aitune_ray.results import CANCELLED, ERROR, BuildResult, CandidateJob
 from aitune_ray.worker import Worker, finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
@@ -38,18 +37,14 @@ class _InlineHandle(RunHandle):
             job = self._jobs[self._next]
             self._next += 1
             logger.info("[%s] candidate %d/%d: %s", ctx.name, self._next, len(self._jobs), job.key)
-            plan_key = KernelSelectorBackend.plan_key(job.spec)
-            plan_key = None if plan_key is None else (ctx.name, plan_key)
-            if plan_key in ex._plans:   # another KernelSelector candidate planned it already
-                logger.info("[%s] %s reuses the kernel plan made for a candidate before it", ctx.name, job.key)
-                job = dataclasses.replace(job, spec=KernelSelectorBackend.spec_with_plan(job.spec, ex._plans[plan_key]))
+            job, failed = ex._planned(ctx, job)
+            if failed is not None:
+                yield failed
+                continue
             started = time.monotonic()
             ex.emit(ctx, "building", job=job, where=where)
             result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
                 ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
-            backend = ex.worker.built(ctx.name, job.key)
-            if plan_key is not None and isinstance(backend, KernelSelectorBackend):
-                ex._plans.setdefault(plan_key, backend.plan)
             ex.emit(ctx, "done", job=job, status=result.status, where=where, elapsed_s=time.monotonic() - started)
             yield result
 
@@ -70,9 +65,9 @@ class InlineExecutor(Executor):
     decide between close candidates. 0 keeps the first numbers.
     progress: called with each progress event (aitune_ray.executor).
 
-    KernelSelector candidates of one module with the same kernel-selection config (they differ in their
-    delegate) share one plan: the first profiles and plans, the others build on its plan (on Ray the
-    driver makes one plan for them all)."""
+    A job whose backend needs a plan before its build (Backend.plan_key: KernelSelectorBackend's kernel plan)
+    gets it here first, from the backend's planner on a LocalRunner, as on Ray from the driver; jobs with
+    one plan key (KernelSelector candidates that differ only in their delegate) share one plan."""
 
     def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None):
         if remeasure_rounds < 0:
@@ -80,7 +75,35 @@ class InlineExecutor(Executor):
         self.remeasure_rounds = remeasure_rounds
         self.progress = progress
         self.worker = Worker(Path(tempfile.mkdtemp(prefix="aitune-ray-inline-")))
-        self._plans: dict[tuple[str, str], KernelOptimizationPlan] = {}   # (module, plan key) -> plan
+        self._plans: dict[tuple[str, str], object] = {}   # (module, plan key) -> plan
+
+    def _planned(self, context: TuneContext, job: CandidateJob) -> tuple[CandidateJob, BuildResult | None]:
+        """job, carrying its plan when its backend needs one (made here the first time its key is seen);
+        or its failed result when the plan could not be made."""
+        key = plan_key_of(job.spec)
+        if key is None:
+            return job, None
+        cls = backend_class_of(job.spec)
+        plan = self._plans.get((context.name, key))
+        if plan is None:
+            where, started = {"node": platform.node(), "gpu": "driver"}, time.monotonic()
+            self.emit(context, "planning", task="profile", job=job, where=where)
+            try:
+                planner = cls.planner(job.spec, LocalRunner())
+                planner.profile(context.module, context.samples)
+                plan = planner.search()
+            except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
+                logger.error("[%s] the plan of %s failed: %s: %s", context.name, job.key, type(exc).__name__, exc)
+                self.emit(context, "done", task="profile", job=job, status=ERROR, where=where,
+                          elapsed_s=time.monotonic() - started)
+                return job, failed_plan([job], exc, time.monotonic() - started, context.device)[0]
+            self.emit(context, "done", task="profile", job=job, status="ok", where=where,
+                      elapsed_s=time.monotonic() - started)
+            logger.info("[%s] plan of %s: %s", context.name, job.key, plan.describe())
+            self._plans[(context.name, key)] = plan
+        else:
+            logger.info("[%s] %s reuses the plan made for a candidate before it", context.name, job.key)
+        return dataclasses.replace(job, spec=cls.spec_with_plan(job.spec, plan)), None
 
     @staticmethod
     def where(context: TuneContext) -> dict:

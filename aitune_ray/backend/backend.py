@@ -136,6 +136,24 @@ class Backend(ABC):
         """Recreate from spec(); a backend whose spec() holds more than its config overrides both."""
         return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
 
+    # ----- planning before the build (a hook for executors) ----------------------------
+    @classmethod
+    def plan_key(cls, spec: dict) -> str | None:
+        """A backend whose build needs a plan made first (KernelSelectorBackend's kernel plan) returns a key
+        here: jobs with one key share one plan, which the executor makes on the driver with its own runner
+        (planner) and hands to each build in its spec (spec_with_plan). None (the default): no plan."""
+        return None
+
+    @classmethod
+    def planner(cls, spec: dict, runner: Any) -> "Planner":
+        """The Planner that makes spec's plan, its tasks run by runner (a kernel_forge.runner.ForgeRunner)."""
+        raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
+
+    @classmethod
+    def spec_with_plan(cls, spec: dict, plan: Any) -> dict:
+        """spec, carrying the finished plan: a build from it uses the plan and does not make one."""
+        raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
+
     # ----- lifecycle ------------------------------------------------------------------
     def build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> "Backend":
         """Build for module on device, using the recorded samples. Leaves the backend ACTIVE."""
@@ -215,3 +233,32 @@ class Backend(ABC):
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
         raise NotImplementedError(f"{self.name} is ahead-of-time and must implement _load()")
+
+
+class Planner(ABC):
+    """Makes one plan before the builds that share it: profile() on the thread that owns the module (a
+    profiler is best run there), then search() on any thread; cancel() stops a search in progress."""
+
+    @abstractmethod
+    def profile(self, module: nn.Module, samples: SampleStore) -> None:
+        ...
+
+    @abstractmethod
+    def search(self) -> Any:
+        """The plan (what spec_with_plan takes); it has describe() for the log."""
+
+    def cancel(self) -> None:
+        pass
+
+
+def plan_key_of(spec: dict) -> str | None:
+    """Backend.plan_key of the class a spec names (None when it names none that can be imported)."""
+    try:
+        cls = import_class(str(spec.get("type", "")), Backend)
+    except ConfigError:
+        return None
+    return cls.plan_key(spec)
+
+
+def backend_class_of(spec: dict) -> type["Backend"]:
+    return import_class(str(spec.get("type", "")), Backend)

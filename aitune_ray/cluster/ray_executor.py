@@ -12,8 +12,9 @@ driver writes them into its workdir as results arrive. materialize() restores th
 driver; when it ran on CUDA and the driver has no CUDA GPU, it returns a DetachedBackend, which a
 checkpoint can save but which cannot run inference.
 
-A KernelSelectorBackend job without a finished kernel plan first gets one from the kernel forge on these
-actors (aitune_ray.cluster.forge.PlanRun) while the batch's other jobs build; then it builds like the rest.
+A job whose backend needs a plan before its build (Backend.plan_key: a KernelSelectorBackend without a
+finished kernel plan) first gets one from the driver, its tasks on these actors
+(aitune_ray.cluster.forge.PlanRun), while the batch's other jobs build; then it builds like the rest.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from typing import Callable, Iterator
 import ray
 import torch
 
-from aitune_ray.backend.backend import Backend
-from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
+from aitune_ray.backend.backend import Backend, plan_key_of
 import aitune_ray.artifacts as artifacts
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.executor import Executor, RunHandle, TuneContext
@@ -70,10 +70,10 @@ class _RayHandle(RunHandle):
         self._ex, self._ctx = executor, context
         groups: dict[str, list[CandidateJob]] = {}   # plan key -> the jobs that share that plan
         for job in jobs:
-            key = KernelSelectorBackend.plan_key(job.spec)
+            key = plan_key_of(job.spec)
             if key is not None:
                 groups.setdefault(key, []).append(job)
-        self._queue = collections.deque(job for job in jobs if KernelSelectorBackend.plan_key(job.spec) is None)
+        self._queue = collections.deque(job for job in jobs if plan_key_of(job.spec) is None)
         self._plans = [PlanRun(executor, context, group) for group in groups.values()]
         self._inflight: dict = {}     # ObjectRef -> _Task
         self._cancelled = False

@@ -56,7 +56,8 @@ class ForgeTasks:
         return entry[0], entry[1]
 
     def _stamp(self, record) -> dict:
-        record.gpu, record.node = self.identity.get("gpu", ""), self.identity.get("node", "")
+        record.gpu = self.identity.get("gpu") or record.gpu
+        record.node = self.identity.get("node") or record.node
         return record.to_dict()
 
     # ----- work --------------------------------------------------------------------------------
