@@ -1,9 +1,6 @@
-"""TunerActor: one per GPU, a thin Ray shell around the worker core (aitune_ray.worker.Worker).
-
-The shell adds what only a Ray worker process needs: its own log file and faulthandler, its identity
-(node, GPU), the warm-up, fetching the module, samples and function data from object references (once
-each; the worker caches them), and packing artifacts for the trip back. aitune_ray.cluster.pool turns the
-class into an actor pinned to its resources. Everything it receives and returns is plain data.
+"""TunerActor: one per GPU, a thin Ray shell around the worker core (aitune_ray.worker.Worker): its own
+log file and faulthandler, its identity (node, GPU), the warm-up, object references fetched once each,
+large artifacts put in the object store. aitune_ray.cluster.pool makes it an actor pinned to its resources.
 """
 
 from __future__ import annotations
@@ -20,10 +17,9 @@ from typing import Any
 import ray
 import torch
 
-import aitune_ray.artifacts as artifacts
 from aitune_ray.failures import pack_exception
-from aitune_ray.results import ERROR, CandidateJob
-from aitune_ray.worker import Worker, device_for, plain_name, warm_up
+from aitune_ray.results import CandidateJob
+from aitune_ray.worker import Worker, device_for, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +98,9 @@ class TunerActor:
     def discard(self, name: str) -> None:
         self.worker.discard(name)
 
+    def release(self, name: str, key: str) -> None:
+        self.worker.release(name, key)
+
     def baseline(self, name: str, box: list, intent: str, measure: dict) -> dict[int, dict]:
         self._load(name, box, intent)
         return self.worker.baseline(name, measure)
@@ -111,19 +110,8 @@ class TunerActor:
         travel inside the result (no artifact_dir), "exception": the build's exception, pickled, or None}."""
         self._load(name, box, intent)
         result = self.worker.run(name, CandidateJob(**job))
-        refs: dict[str, Any] = {}
-        if result.ok:
-            try:
-                result.artifacts, large = artifacts.pack(result.artifacts, limit_bytes=self.limit_bytes,
-                                                         artifact_dir=self.artifact_dir,
-                                                         prefix=f"{plain_name(name)}/{result.key}")
-                refs = {n: ray.put(p.read_bytes()) for n, p in large.items()}
-            except Exception as exc:
-                logger.exception("artifact transfer of %s failed", result.key)
-                result.status, result.error_type = ERROR, type(exc).__name__
-                result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
-                result.artifacts = {}
-                self.worker.release(name, result.key)
+        large = self.worker.pack(name, result, self.limit_bytes, self.artifact_dir)
+        refs = {n: ray.put(p.read_bytes()) for n, p in large.items()}
         return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception)}
 
     def remeasure(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int) -> dict:

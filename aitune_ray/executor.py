@@ -127,6 +127,10 @@ class Executor(ABC):
         re-measure (then the first numbers decide)."""
         return None
 
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        """result can no longer be chosen or re-measured: free its build now (by default nothing). A
+        released result is still restored from its artifacts or recipe if it is asked for again."""
+
     @abstractmethod
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
         """A live, active backend on the driver for a chosen result."""

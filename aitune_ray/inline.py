@@ -141,6 +141,9 @@ class InlineExecutor(Executor):
         logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(out["results"]))
         return eager
 
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        self.worker.release(context.name, result.key)
+
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
         self._load(context)
         return self.worker.take(context.name, finalist(result))

@@ -60,6 +60,7 @@ class BuildResult:
     state: dict = dataclasses.field(default_factory=dict)        # Backend.export() state
     artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> local path, bytes or URL
     remeasured: dict[int, dict] = dataclasses.field(default_factory=dict)  # interleaved re-measure on one GPU
+    peak_memory_bytes: int = 0        # the worker's peak device memory (allocated) so far, after this build
     #: The exception the build raised, where this process has it (never serialized: to_dict leaves it out).
     exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
 

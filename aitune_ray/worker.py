@@ -30,7 +30,7 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.kernel_forge.tasks import ForgeTasks
 from aitune_ray.measure.timing import MeasureConfig, Timing, profile_samples, profile_side_by_side
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.results import ERROR, BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class Worker:
         if self.identity:
             result.node, result.gpu = self.identity.get("node", result.node), self.identity.get("gpu", result.gpu)
         self._note_memory(device)
+        result.peak_memory_bytes = self.peak_memory_bytes
         if backend is not None:
             backend.deactivate()
             self._built[(name, job.key)] = backend
@@ -193,6 +194,24 @@ class Worker:
                 self.release(name, job.key)
         logger.info("candidate %s: %s %s", job.key, result.status, result.error)
         return result
+
+    def pack(self, name: str, result: BuildResult, limit_bytes: int, artifact_dir: str | None) -> dict[str, Path]:
+        """Make result's artifacts travel (aitune_ray.artifacts.pack); returns the files too large for
+        both ways, for the caller to ship. A failure makes the result an error, and its build is dropped."""
+        if not result.ok:
+            return {}
+        try:
+            result.artifacts, large = artifacts.pack(result.artifacts, limit_bytes=limit_bytes,
+                                                     artifact_dir=artifact_dir,
+                                                     prefix=f"{plain_name(name)}/{result.key}")
+            return large
+        except Exception as exc:
+            logger.exception("artifact transfer of %s failed", result.key)
+            result.status, result.error_type = ERROR, type(exc).__name__
+            result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+            result.artifacts = {}
+            self.release(name, result.key)
+            return {}
 
     def release(self, name: str, key: str) -> None:
         """Drop one build (it is restored from its result when it is needed again)."""
@@ -261,8 +280,12 @@ class Worker:
             self.peak_memory_bytes = max(self.peak_memory_bytes, torch.cuda.max_memory_allocated(device))
 
     def stats(self) -> dict:
+        """Counters, cached modules, held builds, peak device memory and this process's peak RSS."""
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "modules": sorted(self._modules),
-                "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes}
+                "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}
 
 
 def remeasured_eager(results: list[BuildResult], out: dict) -> dict[int, Timing]:

@@ -101,3 +101,19 @@ def test_only_the_cluster_package_and_the_actors_import_ray():
                        if any(t == "ray" or t.startswith("ray.") for t in _imports(name, path)))
     assert importers, "the search found no Ray import at all"
     assert [n for n in importers if not n.startswith(("aitune_ray.cluster", "actors"))] == []
+
+
+def test_a_backend_class_declares_what_it_is_and_a_wrong_declaration_fails_at_once():
+    import pytest
+
+    from aitune_ray.backend import Backend, ONNXRuntimeBackend, TorchAOBackend
+    from aitune_ray.checkpoint.format import package_versions
+    from aitune_ray.imports import class_path
+
+    for name, value in (("is_jit", "yes"), ("libraries", "onnxruntime"), ("build_cost", 0),
+                        ("default_tolerance", -1.0), ("config_class", dict)):
+        with pytest.raises(TypeError, match=name):
+            type("Wrong", (Backend,), {name: value, "_build": None, "_infer": None})
+    assert ONNXRuntimeBackend.libraries == ("onnxruntime", "onnx") and TorchAOBackend.libraries == ("torchao",)
+    recorded = package_versions([class_path(ONNXRuntimeBackend)])
+    assert "onnxruntime" in recorded and "torchao" not in recorded

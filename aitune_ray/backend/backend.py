@@ -96,6 +96,22 @@ class Backend(ABC):
     #: Rough relative cost of a build (1 = a default torch.compile). Executors that run builds in
     #: parallel start the costly ones first, so that one long build does not end the schedule alone.
     build_cost: ClassVar[float] = 1.0
+    #: Optional distributions this backend needs; a checkpoint records their versions.
+    libraries: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every backend class declares what it is; a wrong declaration fails when the class is defined."""
+        super().__init_subclass__(**kwargs)
+        config = cls.__dict__.get("config_class", cls.config_class)
+        if not (isinstance(config, type) and issubclass(config, BackendConfig) and dataclasses.is_dataclass(config)):
+            raise TypeError(f"{cls.__name__}.config_class must be a BackendConfig dataclass, not {config!r}")
+        checks = {"is_jit": lambda v: isinstance(v, bool), "libraries": lambda v: isinstance(v, tuple) and all(
+                  isinstance(x, str) and x for x in v), "build_cost": lambda v: isinstance(v, (int, float)) and v > 0,
+                  "default_tolerance": lambda v: v is None or (isinstance(v, (int, float)) and v > 0)}
+        for name, valid in checks.items():
+            value = getattr(cls, name)
+            if not isinstance(value, property) and not valid(value):   # a property decides per instance
+                raise TypeError(f"{cls.__name__}.{name} has an invalid value {value!r}")
 
     def __init__(self, config: BackendConfig | None = None):
         if config is None:

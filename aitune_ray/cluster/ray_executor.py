@@ -502,6 +502,15 @@ class RayExecutor(Executor):
                     len(out["results"]), len(identities), out["node"], out["gpu"])
         return eager
 
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        """Tell the actor that built result to drop it (queued behind whatever that actor runs now)."""
+        if self.pool is None:
+            return
+        for slot in self.pool.alive():
+            info = slot.identity()
+            if (info.get("node"), info.get("gpu")) == (result.node, result.gpu):
+                slot.actor.release.remote(context.name, result.key)
+
     def _outbound(self, context: TuneContext, result: BuildResult) -> dict:
         """A result's artifacts as a worker can read them: files this driver wrote travel as bytes."""
         workdir = Path(context.workdir).resolve()
