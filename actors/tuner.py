@@ -24,13 +24,9 @@ from aitune_ray.worker import Worker, device_for, warm_up
 logger = logging.getLogger(__name__)
 
 
-def _node_gpus() -> float:
+def _node_gpus(node_id: str) -> float:
     """GPUs on this actor's node, from Ray's view of the cluster (0 when unknown)."""
-    try:
-        node_id = ray.get_runtime_context().get_node_id()
-        return next(n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id)
-    except Exception:  # outside Ray, or the node list is unavailable
-        return 0.0
+    return next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id), 0.0)
 
 
 def _fetch(box: list) -> Any:
@@ -62,8 +58,10 @@ class TunerActor:
         if torch.cuda.is_available():
             # Share the node's CPUs between the actors' compile workers (Ray starts workers with
             # OMP_NUM_THREADS=1, the actor's CPU reservation; host-side compiles need more).
-            share = max(2, (os.cpu_count() or 2) // max(1, int(_node_gpus() or torch.cuda.device_count())))
+            gpus = _node_gpus(self._identity["node_id"]) if self._identity["node_id"] else 0
+            share = max(2, (os.cpu_count() or 2) // max(1, int(gpus or torch.cuda.device_count())))
             self._identity["warm_up"] = warm_up(share)
+        self._identity["threads"] = torch.get_num_threads()
         self._identity["ready_at"] = time.time()   # wall clock: up and warmed (benchmarks read it)
 
     def _describe(self) -> dict:

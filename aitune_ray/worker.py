@@ -99,6 +99,7 @@ def warm_up(compile_threads: int) -> dict:
     except Exception as exc:  # a warm-up failure is only a lost head start
         logger.warning("warm-up failed: %s", exc)
     seconds["warm_up_s"] = time.perf_counter() - started
+    seconds["compile_threads"], seconds["torch_threads"] = inductor_config.compile_threads, torch.get_num_threads()
     logger.info("warm-up took %.1f s (compile threads %d): %s", seconds["warm_up_s"], compile_threads, seconds)
     return seconds
 

@@ -170,6 +170,11 @@ class Backend(ABC):
         """spec, carrying the finished plan: a build from it uses the plan and does not make one."""
         raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
 
+    def check_kernel_plan(self, plan: Any) -> None:
+        """Called by KernelSelectorBackend before this backend, as its delegate, builds or restores the module
+        with plan (a KernelOptimizationPlan) applied: raise to refuse a plan it cannot build; a backend may
+        also adapt how it builds. The default accepts every plan."""
+
     # ----- lifecycle ------------------------------------------------------------------
     def build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> "Backend":
         """Build for module on device, using the recorded samples. Leaves the backend ACTIVE."""
