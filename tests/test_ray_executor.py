@@ -73,6 +73,16 @@ class TestOneNode:
             ex.close()
             ray.shutdown()
 
+    @pytest.mark.parametrize("where", ["inline", "ray"])
+    def test_one_backend_raises_the_backends_own_exception_on_either_executor(self, executor, where):
+        module = recorded(f"raises-{where}", ait.OneBackendStrategy(RaisingBackend(), measure_config=MEASURE))
+        with pytest.raises(RuntimeError, match="always fails to build") as raised:
+            module.tune(executor=InlineExecutor() if where == "inline" else executor)
+        assert type(raised.value) is RuntimeError      # the build's own error, not a wrapper
+        assert module.state == ModuleState.EAGER
+        (result,) = module.report.results
+        assert result.status == ERROR and "exception" not in result.to_dict()
+
     def test_failures_become_results_and_the_survivor_wins(self, executor):
         events = []
         executor.progress = events.append
