@@ -139,10 +139,18 @@ class TestOneNode:
         inline = recorded("same", candidates()).tune(executor=InlineExecutor())
         assert on_ray.chosen == inline.chosen == fast().key()
 
-    def test_first_wins_follows_priority_and_cancels_the_rest(self, executor):
+    def test_first_wins_follows_priority_and_cancels_the_rest(self, executor, tmp_path):
         events = []
-        executor.progress = events.append
-        first, second, last = fast(build_s=2.0, tag=1), fast(tag=2), HangingBackend(HelperConfig(build_s=120))
+        flag = tmp_path / "second-done"
+
+        def progress(event):   # the first build goes on once the driver has the second's result
+            events.append(event)
+            if event["event"] == "done" and event["key"] == second.key():
+                flag.touch()
+
+        executor.progress = progress
+        first, second = fast(wait_for=str(flag), tag=1), fast(tag=2)
+        last = HangingBackend(HelperConfig(build_s=120))
         strategy = ait.FirstWinsStrategy([first, second, last], measure_config=MEASURE)
         started = time.monotonic()
         try:

@@ -83,8 +83,15 @@ class LocalRunner(ForgeRunner):
         return (id(search), search.function), lambda: search.data
 
     def benchmark(self, opt, jobs, searches):
+        """The forge's benchmark task, as an actor runs it; a live (generated) provider is benchmarked as it
+        is, so that its record keeps it."""
         for job in jobs:
             search = searches[job.function]
+            if isinstance(job.provider, dict):
+                yield ProviderBenchmark.from_dict(self.tasks.benchmark(
+                    self._box(search), device_of(search.unique), job.function, job.provider, opt.tolerance,
+                    opt.measure.to_dict(), job.source))
+                continue
             yield benchmark_provider(job.function, job.provider, search.data, references=search.references,
                                      tolerance=opt.tolerance, measure_config=opt.measure, source=job.source)
 
