@@ -93,6 +93,8 @@ def one(args) -> dict:
         executor = ait.RayExecutor(max_actors=1, remeasure_rounds=3)
     else:
         executor = ait.InlineExecutor(remeasure_rounds=3)
+    if args.keep_all:   # the behaviour before builds were released: every build lives until the decision
+        executor.release = lambda context, result: None
     started = time.perf_counter()
     with executor:
         ait.tune(model, data, device=str(device), executor=executor)
@@ -114,6 +116,8 @@ def main() -> int:
     parser.add_argument("--buffer-mb", type=int, default=400)
     parser.add_argument("--delay-ms", type=float, default=4.0, help="eager's delay; candidate i adds i/4 of it")
     parser.add_argument("--ray", action="store_true", help="also run each count on a local Ray (one actor)")
+    parser.add_argument("--keep-all", action="store_true", help="release no build before the decision (the old "
+                        "behaviour, for comparison)")
     parser.add_argument("--out", help="write the table (Markdown) and a .json next to it")
     parser.add_argument("--one", help=argparse.SUPPRESS)   # internal: run one configuration, print JSON
     parser.add_argument("--run", default="inline", help=argparse.SUPPRESS)
@@ -126,14 +130,16 @@ def main() -> int:
     for run in ["inline"] + (["ray"] if args.ray else []):
         for count in [int(c) for c in args.candidates.split(",")]:
             cmd = [sys.executable, __file__, "--one", "1", "--run", run, "--count", str(count), "--device",
-                   args.device, "--buffer-mb", str(args.buffer_mb), "--delay-ms", str(args.delay_ms)]
+                   args.device, "--buffer-mb", str(args.buffer_mb), "--delay-ms", str(args.delay_ms)] + (
+                   ["--keep-all"] if args.keep_all else [])
             proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is None:
                 rows.append({"run": run, "candidates": count, "error": (proc.stderr or proc.stdout)[-400:]})
                 continue
             rows.append(json.loads(line[len("RESULT "):]))
-    lines = [f"Peak memory, {args.device}, a {args.buffer_mb} MB buffer per built candidate", "",
+    lines = [f"Peak memory, {args.device}, a {args.buffer_mb} MB buffer per built candidate"
+             + (", every build kept until the decision (--keep-all)" if args.keep_all else ""), "",
              "| run | candidates | peak RSS MB | x smallest | peak device MB | x smallest | wall s | chosen |",
              "|---|---|---|---|---|---|---|---|"]
     for run in sorted({r["run"] for r in rows}):
