@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import dataclasses
 import logging
 import os
 import platform
@@ -38,9 +37,10 @@ import aitune_ray.artifacts as artifacts
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import parse_device
 from aitune_ray.errors import BuildError, ConfigError, DeviceError
-from aitune_ray.failures import classify, log_hint, revive_exception, short
+from aitune_ray.failures import log_hint, revive_exception, short
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.worker import finalist, remeasured_eager
@@ -55,14 +55,6 @@ def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(module).to("cpu")
 
 
-@dataclasses.dataclass
-class _Task:
-    slot: Slot
-    job: CandidateJob
-    dispatched: float
-    started: float | None = None     # when the actor was up; the timeout counts from here
-
-
 class _RayHandle(RunHandle):
     def __init__(self, executor: "RayExecutor", context: TuneContext, jobs: list[CandidateJob]):
         from aitune_ray.cluster.forge import PlanRun
@@ -75,7 +67,7 @@ class _RayHandle(RunHandle):
                 groups.setdefault(key, []).append(job)
         self._queue = collections.deque(job for job in jobs if plan_key_of(job.spec) is None)
         self._plans = [PlanRun(executor, context, group) for group in groups.values()]
-        self._inflight: dict = {}     # ObjectRef -> _Task
+        self._tasks = TaskRunner(executor.pool)
         self._cancelled = False
         for job in jobs:
             executor._emit(context, job, "queued", "running", {}, 0.0)
@@ -99,7 +91,7 @@ class _RayHandle(RunHandle):
                 for job in plan.jobs:
                     self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
                 plan.start()
-            while not self._cancelled and (self._queue or self._inflight or self._plans):
+            while not self._cancelled and (self._queue or self._tasks.inflight or self._plans):
                 # Jobs already queued go before those whose plan has just finished: the plain builds wait
                 # only for the driver's profiling, never for the search.
                 self._dispatch()
@@ -108,7 +100,7 @@ class _RayHandle(RunHandle):
                     if self._cancelled:
                         return
                 self._dispatch()
-                if not self._inflight:
+                if not self._tasks.inflight:
                     if not self._ex.pool.alive():   # every slot retired: what is left cannot run
                         while self._queue and not self._cancelled:
                             yield self._unrun(self._queue.popleft())
@@ -116,17 +108,8 @@ class _RayHandle(RunHandle):
                             break
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
-                ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
-                for ref in ready:
-                    task = self._inflight.pop(ref)
-                    result = self._collect(ref, task)
-                    self._ex._done(self._ctx, task, result)
-                    yield result
-                    if self._cancelled:
-                        return
-                for ref, task in self._expired():
-                    self._inflight.pop(ref)
-                    result = self._timed_out(task)
+                for task in self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0)):
+                    result = self._result(task)
                     self._ex._done(self._ctx, task, result)
                     yield result
                     if self._cancelled:
@@ -153,12 +136,8 @@ class _RayHandle(RunHandle):
                 self._ex._emit(self._ctx, job, "done", CANCELLED, self._ex.driver(), time.monotonic() - plan.started,
                                task="profile")
         self._plans.clear()
-        stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
-        self._inflight.clear()
-        for task, _ in stopped:   # kill first: a progress callback below may raise (Ctrl-C)
-            self._ex.pool.replace(task.slot, "its work was cancelled", failure=False)
-        for task, where in stopped:
-            self._ex._emit(self._ctx, task.job, "done", CANCELLED, where, time.monotonic() - task.dispatched)
+        for task in self._tasks.cancel("its work was cancelled"):   # kill first: a progress callback may raise
+            self._ex._emit(self._ctx, task.payload, "done", CANCELLED, task.where, time.monotonic() - task.dispatched)
 
     # ----- internals ------------------------------------------------------------------------------
     def _planned(self) -> Iterator[BuildResult]:
@@ -185,46 +164,26 @@ class _RayHandle(RunHandle):
             if slot is None:
                 return
             job = self._queue.popleft()
-            ref = slot.actor.run.remote(self._ctx.name, box, intent, job.to_dict())
-            slot.busy = True
-            self._inflight[ref] = _Task(slot, job, time.monotonic())
-            self._ex._emit(self._ctx, job, "building", "running", slot.identity(), 0.0)
+            task = self._tasks.start(slot, "run", (self._ctx.name, box, intent, job.to_dict()), self._ex.task_timeout_s,
+                                     payload=job)
+            self._ex._emit(self._ctx, job, "building", "running", task.where, 0.0)
 
-    def _poll_s(self) -> float:
-        now = time.monotonic()
-        waits = [0.2 if self._plans else 1.0]
-        waits += [t.started + self._ex.task_timeout_s - now for t in self._inflight.values() if t.started]
-        return max(0.01, min(waits))
-
-    def _expired(self) -> list:
-        now, limit = time.monotonic(), self._ex.task_timeout_s
-        expired = []
-        for ref, task in self._inflight.items():
-            if task.started is None and task.slot.ready():
-                task.started = now
-            start = task.started if task.started is not None else task.dispatched + limit  # startup grace
-            if now - start > limit:
-                expired.append((ref, task))
-        return expired
-
-    def _collect(self, ref, task: _Task) -> BuildResult:
-        slot, job = task.slot, task.job
-        try:
-            out = ray.get(ref)
-        except ray.exceptions.RayError as exc:   # the worker died, or the actor method itself raised
-            failure = classify(exc)
-            if not failure.worker_lost:
-                slot.busy = False
-                result = self._failed(task, failure.status, failure.error, failure.error_type)
-                result.exception = failure.cause
-                return result
-            hint = log_hint(slot.log_path)
+    def _result(self, task: Task) -> BuildResult:
+        """What an ended build task gives: the worker's result, or a result saying how the task failed."""
+        job, failure = task.payload, task.failure
+        if task.timed_out:
+            return self._failed(task, TIMED_OUT, f"{job.backend_name} ran past task_timeout_s="
+                                f"{self._ex.task_timeout_s:g}s; its actor was killed and replaced", "TimeoutError")
+        if failure is not None and failure.worker_lost:
+            hint = log_hint(task.log_path)
             what = "ran out of memory" if failure.status == OOM else "died"
-            result = self._failed(task, failure.status, f"the worker process {what} while building "
-                                  f"{job.backend_name}{': ' + hint if hint else ''} ({short(exc)})", failure.error_type)
-            self._ex.pool.replace(slot, f"{job.key}: {failure.status}")
+            return self._failed(task, failure.status, f"the worker process {what} while building {job.backend_name}"
+                                f"{': ' + hint if hint else ''} ({short(failure.cause)})", failure.error_type)
+        if failure is not None:   # the actor method itself raised (e.g. the module did not load)
+            result = self._failed(task, failure.status, failure.error, failure.error_type)
+            result.exception = failure.cause
             return result
-        slot.busy = False
+        out = task.out
         result = BuildResult.from_dict(out["result"])
         result.exception = revive_exception(out.get("exception"))
         try:
@@ -238,13 +197,6 @@ class _RayHandle(RunHandle):
             result.artifacts = {}
         return result
 
-    def _timed_out(self, task: _Task) -> BuildResult:
-        limit = self._ex.task_timeout_s
-        result = self._failed(task, TIMED_OUT, f"{task.job.backend_name} ran past task_timeout_s={limit:g}s; "
-                              "its actor was killed and replaced", "TimeoutError")
-        self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
-        return result
-
     def _unrun(self, job: CandidateJob) -> BuildResult:
         result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
                              error_type="NoActorsLeft",
@@ -253,13 +205,13 @@ class _RayHandle(RunHandle):
         self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
         return result
 
-    def _failed(self, task: _Task, status: str, error: str, error_type: str) -> BuildResult:
-        info = task.slot.identity()
+    def _failed(self, task: Task, status: str, error: str, error_type: str) -> BuildResult:
+        info, job = task.where, task.payload
         device = "cuda" if self._ex._intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
-        return BuildResult(key=task.job.key, backend=task.job.backend_name, spec=task.job.spec, status=status,
-                           error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
+        return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=status,
+                           error=error, error_type=error_type, build_s=task.seconds or time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
-                           log_path=info.get("log_path") or task.slot.log_path)
+                           log_path=info.get("log_path") or task.log_path)
 
 
 class RayExecutor(Executor):
@@ -409,29 +361,27 @@ class RayExecutor(Executor):
                     return slot
         return next((s for s in slots if not s.busy), slots[0])
 
-    def _call(self, slot: Slot, ref, what: str):
-        """Wait for one actor call under task_timeout_s; a dead or stuck actor is replaced and raises."""
-        started = None
+    def _call(self, slot: Slot, method: str, args: tuple, what: str):
+        """One actor call under task_timeout_s (the task runner's); a dead or stuck actor is replaced and
+        this raises BuildError."""
+        runner = TaskRunner(self.pool)
+        was_busy, generation = slot.busy, slot.generation   # whoever holds the slot keeps it
         try:
-            while True:
-                done, _ = ray.wait([ref], timeout=1.0)
-                if done:
-                    return ray.get(ref)
-                now = time.monotonic()
-                if started is None and slot.ready():
-                    started = now
-                if started is not None and now - started > self.task_timeout_s:
-                    self.pool.replace(slot, f"{what} timed out")
-                    raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
-        except ray.exceptions.RayError as exc:
-            failure = classify(exc)
-            if failure.worker_lost:
-                self.pool.replace(slot, f"{what}: worker died")
-                raise BuildError(f"the worker died during {what} ({short(exc)}); log: {slot.log_path}") from exc
-            raise BuildError(f"{what} failed: {failure.error}") from exc
+            task = runner.call(slot, method, args, self.task_timeout_s)
         except KeyboardInterrupt:
-            self.pool.replace(slot, f"{what} interrupted", failure=False)
+            runner.cancel(f"{what} interrupted")
             raise
+        finally:
+            if slot.generation == generation and slot.alive:
+                slot.busy = was_busy
+        if task.timed_out:
+            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
+        if task.failure is not None and task.failure.worker_lost:
+            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
+                from task.failure.cause
+        if task.failure is not None:
+            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
+        return task.out
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
               elapsed_s: float, task: str = "build") -> None:
@@ -442,9 +392,9 @@ class RayExecutor(Executor):
         """Where the driver's own work (profiling for a kernel plan) runs, for progress events."""
         return {"node": platform.node(), "gpu": "driver"}
 
-    def _done(self, context: TuneContext, task: _Task, result: BuildResult) -> None:
-        where = {"node": result.node, "gpu": result.gpu} if result.node else task.slot.identity()
-        self._emit(context, task.job, "done", result.status, where, time.monotonic() - task.dispatched)
+    def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+        where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
+        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched)
 
     # ----- Executor -----------------------------------------------------------------------------
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
@@ -455,9 +405,8 @@ class RayExecutor(Executor):
         self.emit(context, "measuring", task="baseline", where=slot.identity(), samples=len(context.samples),
                   batch_sizes=context.samples.batch_sizes())
         try:
-            ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
-                                             context.measure.to_dict())
-            data = self._call(slot, ref, f"eager baseline of {context.name}")
+            data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
+                                                 context.measure.to_dict()), f"eager baseline of {context.name}")
             status = "ok"
         finally:
             if kept is not None:
@@ -484,12 +433,11 @@ class RayExecutor(Executor):
             return None
         slot = self._slot(prefer={identities.most_common(1)[0][0]})
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
-        ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
-                                          self.remeasure_rounds)
         started = time.monotonic()
         self.emit(context, "remeasuring", task="remeasure", where=slot.identity(), finalists=[r.key for r in results])
         try:
-            out = self._call(slot, ref, f"re-measurement of {context.name}")
+            out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context), payload,
+                                                 self.remeasure_rounds), f"re-measurement of {context.name}")
         except BuildError as exc:
             self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
                       elapsed_s=time.monotonic() - started)
