@@ -150,11 +150,13 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
                 else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
     materialized = timed(executor, "materialize")
     identities: list[dict] = []
+    put_s = 0.0
     try:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
         overhead = None
         if kind == "ray":   # when the last actor was up and warmed (it said so itself), from Ray's start
             identities = [s.identity() for s in executor.pool.alive()]
+            put_s = executor.put_s
             ready = [i.get("ready_at") for i in identities]
             overhead = max(r for r in ready if r) - started_wall if any(ready) else None
             actors = len(executor.pool.alive())
@@ -176,6 +178,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         speedups[mod.module] = dict(mod.speedups)
     results = [r for mod in report.modules for r in mod.results]
     phases = time_budget(events, results, identities, started_wall, wall, sum(materialized))
+    if kind == "ray":
+        phases["module and samples into the object store s"] = round(put_s, 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
     return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,

@@ -248,6 +248,7 @@ class RayExecutor(Executor):
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
         self.pool: ActorPool | None = None
         self.puts = 0                   # ray.put calls made for modules and samples
+        self.put_s = 0.0                # seconds those took
         self._own_ray = False
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
@@ -335,7 +336,11 @@ class RayExecutor(Executor):
 
     def _put(self, value):
         self.puts += 1
-        return ray.put(value)
+        started = time.perf_counter()
+        try:
+            return ray.put(value)
+        finally:
+            self.put_s += time.perf_counter() - started
 
     def _box(self, context: TuneContext) -> list:
         """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
