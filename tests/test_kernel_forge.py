@@ -29,10 +29,8 @@ from aitune_ray.kernel_forge.evaluate import reference_outputs, validate
 from aitune_ray.kernel_forge.kernel_provider import attention
 from aitune_ray.measure.timing import MeasureConfig
 from tests.forge_helpers import (CALLS, ForgeBlock, GeluNorm, NeverFinishingGenerator, QuickGelu, RaisingGenerator,
-                                 SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider, block_samples,
-                                 call_in_thread, one_thread, ready)
-
-from tests.ray_helpers import HelperConfig  # noqa: E402
+                                 TestGeluProvider, TestLayerNormProvider, block_samples, call_in_thread, one_thread,
+                                 ready)
 
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
 

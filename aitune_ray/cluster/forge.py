@@ -34,7 +34,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 
