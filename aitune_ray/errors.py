@@ -37,6 +37,10 @@ class BuildError(AITuneRayError):
     """A backend failed to build (raised, crashed, timed out or ran out of memory)."""
 
 
+class NotApplicableError(BuildError):
+    """The backend built, but does not apply to this module (a quantizer that found no layer to change)."""
+
+
 class ExportError(BuildError):
     """A model could not be exported (ONNX); ``step`` names where it failed."""
 
@@ -67,3 +71,11 @@ class CheckpointMismatchError(CheckpointError):
 
 class CheckpointVersionError(CheckpointError):
     """The checkpoint was written by a newer format version."""
+
+
+class UnknownClassError(CheckpointError):
+    """A checkpoint names a backend or kernel provider class that is neither registered nor allowed."""
+
+
+class CheckpointSignatureError(CheckpointError):
+    """A signing key was given and the checkpoint is unsigned or its HMAC does not match."""

@@ -14,7 +14,7 @@ def class_path(cls: type) -> str:
 
 def short_name(path: str) -> str:
     """The last name of a path: 'aitune_ray.backend.torch_eager:TorchEagerBackend' -> 'TorchEagerBackend'."""
-    return str(path or "").rpartition(":")[2]
+    return str(path or "").rpartition(":")[2].rpartition(".")[2]
 
 
 def import_object(path: str, what: str = "") -> Any:

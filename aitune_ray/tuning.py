@@ -14,6 +14,7 @@ from aitune_ray.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
 from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError
 from aitune_ray.recording import ModuleState, recording_session
+from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
@@ -84,8 +85,7 @@ def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
         module.report = context.report
         raise
     module.report = report
-    chosen = report.chosen_result()
-    module.use_backend(executor.materialize(context, chosen) if chosen else None)
+    deploy_checked(module, executor, context, report, strategy)
     executor.discard(context)
     return report
 

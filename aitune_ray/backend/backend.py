@@ -23,6 +23,7 @@ from torch import nn
 
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
 from aitune_ray.imports import class_path, import_class  # noqa: F401 (import_class: for callers)
+from aitune_ray.registry import BACKENDS
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -52,10 +53,14 @@ class BackendConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BackendConfig":
+        """Check the names, then the types and sizes of plain values (aitune_ray.validate), then build."""
+        from aitune_ray.validate import check_plain_fields
+
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{cls.__name__} has no field {', '.join(unknown)}; fields: {sorted(known)}")
+        check_plain_fields(cls, data, cls.__name__)
         return cls(**data)
 
     def key(self) -> str:
@@ -78,10 +83,11 @@ class BackendState(str, enum.Enum):
 
 
 def require(module_name: str, extra: str, what: str) -> Any:
-    """Import an optional library, or raise MissingDependencyError naming the extra to install."""
+    """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
+    a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
     try:
         return importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, OSError) as exc:
         raise MissingDependencyError(module_name, extra, what) from exc
 
 
@@ -112,6 +118,7 @@ class Backend(ABC):
             value = getattr(cls, name)
             if not isinstance(value, property) and not valid(value):   # a property decides per instance
                 raise TypeError(f"{cls.__name__}.{name} has an invalid value {value!r}")
+        BACKENDS.add(cls)
 
     def __init__(self, config: BackendConfig | None = None):
         if config is None:
@@ -145,7 +152,7 @@ class Backend(ABC):
 
     @staticmethod
     def from_spec(spec: dict) -> "Backend":
-        return import_class(spec["type"], Backend)._from_spec(spec)
+        return BACKENDS.resolve(spec["type"], Backend)._from_spec(spec)
 
     @classmethod
     def _from_spec(cls, spec: dict) -> "Backend":
@@ -275,11 +282,11 @@ class Planner(ABC):
 def plan_key_of(spec: dict) -> str | None:
     """Backend.plan_key of the class a spec names (None when it names none that can be imported)."""
     try:
-        cls = import_class(str(spec.get("type", "")), Backend)
+        cls = BACKENDS.resolve(str(spec.get("type", "")), Backend)
     except ConfigError:
         return None
     return cls.plan_key(spec)
 
 
 def backend_class_of(spec: dict) -> type["Backend"]:
-    return import_class(str(spec.get("type", "")), Backend)
+    return BACKENDS.resolve(str(spec.get("type", "")), Backend)

@@ -2,7 +2,8 @@
 
 save_checkpoint(obj, path) stores every wrapped Module of obj: its inner module's weights (safetensors),
 the chosen backend's spec, JSON state and artifacts, its signature and tuning device. load_checkpoint(obj,
-path, device_map) checks every part, then restores weights and backends into obj. Nothing is pickled.
+path, device_map) checks every part, then restores weights and backends into obj. Nothing is pickled, and
+nothing a checkpoint names is imported: its classes must be known (aitune_ray/registry.py).
 """
 
 from __future__ import annotations
@@ -17,11 +18,20 @@ from aitune_ray.checkpoint.writer import save_checkpoint
 __all__ = ["FORMAT_VERSION", "load", "load_checkpoint", "save", "save_checkpoint"]
 
 
-def save(obj: Any, path: str | Path) -> Path:
-    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file."""
-    return save_checkpoint(obj, Path(path))
+def save(obj: Any, path: str | Path, *, signing_key: bytes | str | None = None) -> Path:
+    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file.
+    With a signing_key (opt-in) the manifest is signed with HMAC-SHA256."""
+    return save_checkpoint(obj, Path(path), signing_key=signing_key)
 
 
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj."""
-    return load_checkpoint(obj, Path(path), device_map=device_map)
+def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *, backends: tuple = (),
+         providers: tuple = (), signing_key: bytes | str | None = None, allow_native_code: bool = False) -> Any:
+    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
+
+    The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
+    Backend / KernelProvider classes passed in backends / providers. It never imports what it names.
+    With a signing_key, only a checkpoint signed with that key (save(..., signing_key=...)) loads. Artifacts
+    of compiled native code (AOTInductor packages) run code as they load: they load only from a checkpoint
+    signed with signing_key, or with allow_native_code=True."""
+    return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers),
+                           signing_key=signing_key, allow_native_code=allow_native_code)

@@ -26,7 +26,7 @@ class OneBackendStrategy(TuneStrategy):
             if result.exception is not None:   # the backend's own error, from either executor
                 raise result.exception
             raise BuildError(f"{context.name}: {result.backend} {result.status}: {result.error}")
-        outcome = self._record_gate(report, result, baseline)
+        outcome = self._judge(context, executor, [result], baseline, report)[result.key]
         if outcome.passed:
             report.chosen = result.key
             report.decision = f"chose {result.backend}: {outcome.reason}"
