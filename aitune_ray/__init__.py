@@ -4,7 +4,7 @@ Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
 from aitune_ray import backend, tune_strategy
-from aitune_ray.cluster import InlineExecutor
+from aitune_ray.inline import InlineExecutor
 from aitune_ray.errors import AITuneRayError
 from aitune_ray.module import Module, ModuleState
 from aitune_ray.tune_strategy import (
@@ -14,7 +14,8 @@ from aitune_ray.tune_strategy import (
     TuneStrategy,
     TuningReport,
 )
-from aitune_ray.tuning import load, save, tune
+from aitune_ray.checkpoint import load, save
+from aitune_ray.tuning import tune
 
 __version__ = "0.1.0"
 

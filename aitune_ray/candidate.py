@@ -7,11 +7,14 @@ import platform
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend
+from aitune_ray.device import gpu_identity
+from aitune_ray.failures import is_oom
 from aitune_ray.measure.correctness import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, profile_samples
 from aitune_ray.results import ERROR, OK, OOM, REJECTED, BuildResult, CandidateJob
@@ -20,38 +23,28 @@ from aitune_ray.samples import SampleStore
 logger = logging.getLogger(__name__)
 
 
-def gpu_identity(device: torch.device) -> str:
-    if device.type != "cuda":
-        return "cpu"
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    return f"{props.name} #{index} ({getattr(props, 'uuid', '')})"
-
-
-def is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return "out of memory" in str(exc).lower()
-
-
 def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, device: torch.device,
-                  workdir: Path, log_path: str = "") -> tuple[BuildResult, Backend | None]:
+                  workdir: Path, log_path: str = "",
+                  stage: Callable[[str], None] | None = None) -> tuple[BuildResult, Backend | None]:
     """Build, check and profile job's backend. Never raises for the backend's own failures.
 
-    Returns the result record and, when the candidate is usable, the live built backend.
+    Returns the result record and, when the candidate is usable, the live built backend. stage: told
+    "checking" and then "measuring" as the build's stages begin (a progress event each, inline).
     """
+    stage = stage or (lambda name: None)
     device = torch.device(device)
-    result = BuildResult(key=job.key, backend=job.spec.get("type", "").rpartition(":")[2], spec=job.spec,
+    result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec,
                          status=ERROR, device=str(device), gpu=gpu_identity(device), node=platform.node(),
                          log_path=log_path)
     backend = None
     started = time.perf_counter()
-    stage = "build"
+    stage_name = "build"
     try:
         backend = Backend.from_spec(job.spec)
         backend.build(module, samples, device, Path(workdir) / job.key)
         result.build_s = time.perf_counter() - started
-        stage = "correctness check"
+        stage("checking")
+        stage_name = "correctness check"
         with torch.no_grad():
             pairs = [(backend.infer(*s.args, **s.kwargs), s.outputs) for s in samples]
         tolerance = job.tolerance if job.tolerance is not None else backend.default_tolerance
@@ -61,10 +54,11 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
             result.status, result.error = REJECTED, report.reason
             logger.info("%s rejected: %s", backend.describe(), report.reason)
             return result, None
-        stage = "profiling"
+        stage("measuring")
+        stage_name = "profiling"
         timings = profile_samples(backend.infer, samples, device, MeasureConfig.from_dict(job.measure))
         result.timings = {bs: t.to_dict() for bs, t in timings.items()}
-        stage = "export"
+        stage_name = "export"
         result.state, artifacts = backend.export()
         result.artifacts = {name: str(path) for name, path in artifacts.items()}
         result.status = OK
@@ -75,10 +69,10 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
         result.build_s = result.build_s or time.perf_counter() - started
         result.status = OOM if is_oom(exc) else ERROR
         result.error_type = type(exc).__name__
-        result.error = f"{stage} failed: {type(exc).__name__}: {exc}"
+        result.error = f"{stage_name} failed: {type(exc).__name__}: {exc}"
         logger.warning("%s: %s", job.key, result.error)
         logger.debug("%s", traceback.format_exc())
-        result.exception = exc  # driver-local only; never serialized
+        result.exception = exc
         return result, None
     finally:
         result.total_s = time.perf_counter() - started

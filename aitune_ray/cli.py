@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitune_ray.cluster.executor import RunHandle
 from aitune_ray.errors import AITuneRayError, ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -402,59 +401,15 @@ def write_report(job, job_path: Path, device, report, elapsed_s: float, check: d
 def make_executor(job, progress=None):
     """The job's executor, reporting progress to progress(event). The inline path never imports Ray."""
     if job.executor.type == "inline":
-        from aitune_ray.cluster.inline import InlineExecutor
+        from aitune_ray.inline import InlineExecutor
 
-        class InlineWithProgress(ProgressLines, InlineExecutor):
-            def submit(self, context, jobs):
-                return _SequentialProgress(super().submit(context, jobs), context, jobs, progress)
-
-        return InlineWithProgress()
+        return InlineExecutor(progress=progress)
     try:
         from aitune_ray.cluster.ray_executor import RayExecutor
     except ImportError as exc:
         raise AITuneRayError(f"the ray executor is not available here ({exc}); install 'aitune-ray[ray]' "
                              "or run with --executor inline") from exc
-
-    class RayWithProgress(ProgressLines, RayExecutor):
-        pass
-
-    return RayWithProgress(job.executor.address, progress=progress, **job.executor.ray_options())
-
-
-class ProgressLines:
-    """Mixed into an executor class: a line when a module's eager baseline is measured."""
-
-    def baseline(self, context):
-        say(f"[{context.name}] measuring eager on {context.device}: {len(context.samples)} samples, "
-            f"batch sizes {context.samples.batch_sizes()}")
-        return super().baseline(context)
-
-
-class _SequentialProgress(RunHandle):
-    """Wraps a run handle whose jobs run one after another in the given order (the inline executor)."""
-
-    def __init__(self, handle, context, jobs, progress=None):
-        self.handle, self.context, self.jobs = handle, context, list(jobs)
-        self.progress = progress or (lambda event: None)
-
-    def __iter__(self):
-        results = iter(self.handle)
-        for job in self.jobs:
-            name = job.spec.get("type", "").rpartition(":")[2]
-            self.progress({"module": self.context.name, "key": job.key, "backend": name, "event": "building",
-                            "node": platform.node(), "gpu": str(self.context.device)})
-            started = time.perf_counter()
-            try:
-                result = next(results)
-            except StopIteration:
-                return
-            self.progress({"module": self.context.name, "key": result.key, "backend": result.backend,
-                            "event": "done", "status": result.status, "node": result.node, "gpu": result.gpu,
-                            "elapsed_s": time.perf_counter() - started})
-            yield result
-
-    def cancel(self):
-        self.handle.cancel()
+    return RayExecutor(job.executor.address, progress=progress, **job.executor.ray_options())
 
 
 if __name__ == "__main__":

@@ -33,3 +33,12 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if index >= count:
         raise DeviceError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s)")
     return torch.device("cuda", index)
+
+
+def gpu_identity(device: torch.device) -> str:
+    """The GPU's name, index and UUID, or "cpu"."""
+    if device.type != "cuda":
+        return "cpu"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return f"{props.name} #{index} ({getattr(props, 'uuid', '')})"

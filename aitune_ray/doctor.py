@@ -94,14 +94,8 @@ def backend_classes() -> list[type]:
 
 
 def backend_libraries(cls: type) -> tuple[str, ...]:
-    """The optional libraries a backend class needs: its own list where it declares one, else the
-    checkpoint format's list for its module."""
-    declared = getattr(cls, "libraries", None)
-    if isinstance(declared, (list, tuple)):
-        return tuple(declared)
-    from aitune_ray.checkpoint.format import BACKEND_LIBRARIES
-
-    return tuple(BACKEND_LIBRARIES.get(cls.__module__, ()))
+    """The optional libraries a backend class needs (it declares them: Backend.libraries)."""
+    return tuple(getattr(cls, "libraries", ()) or ())
 
 
 def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:

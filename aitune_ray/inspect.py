@@ -17,6 +17,7 @@ from typing import Any, Callable
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.errors import CheckpointError
+from aitune_ray.imports import short_name
 
 EXIT_OK, EXIT_BAD = 0, 1
 
@@ -54,7 +55,7 @@ def _module_summary(entry: dict, parts: dict) -> dict:
     else:
         state = entry.get("state") or {}
         plan = state.get("kernel_plan") or backend.get("kernel_plan")
-        summary.update(backend=str(backend["type"]).rpartition(":")[2], backend_type=str(backend["type"]),
+        summary.update(backend=short_name(backend["type"]), backend_type=str(backend["type"]),
                        config=backend.get("config") or {}, is_jit=entry.get("is_jit"),
                        kernel_plan=_plan_summary(plan) if isinstance(plan, dict) else None)
     return summary

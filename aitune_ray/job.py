@@ -10,11 +10,11 @@ Paths in the file are relative to the current working directory.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from pathlib import Path
 from typing import Any, Callable
 
+from aitune_ray import imports
 from aitune_ray.errors import ConfigError
 from aitune_ray.validate import bounded, from_data, kind_of
 from aitune_ray import wrapping
@@ -277,19 +277,14 @@ def check_import_path(value: str, key: str) -> None:
 
 
 def import_object(value: str, key: str) -> Any:
-    """Import 'package.module:name' (name may be dotted)."""
+    """Import 'package.module:name' (name may be dotted); paths are relative to the current directory."""
     check_import_path(value, key)
-    module_name, _, qualname = value.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{key}: cannot import module {module_name!r} ({exc}); paths are relative to the "
-                          "current directory") from exc
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise ConfigError(f"{key}: {module_name!r} has no {qualname!r}") from exc
+        obj = imports.import_object(value, key)
+    except ConfigError as exc:
+        if isinstance(exc.__cause__, ImportError):
+            raise ConfigError(f"{exc}; paths are relative to the current directory") from exc.__cause__
+        raise
     if not callable(obj):
         raise ConfigError(f"{key}: {value!r} is not callable")
     return obj
@@ -298,7 +293,8 @@ def import_object(value: str, key: str) -> Any:
 def backend_class(name: str, key: str) -> type:
     """A Backend subclass from a short name in aitune_ray.backend or an import path."""
     from aitune_ray import backend as backend_package
-    from aitune_ray.backend.backend import Backend, import_class
+    from aitune_ray.backend.backend import Backend
+    from aitune_ray.imports import import_class
 
     if ":" in name:
         try:

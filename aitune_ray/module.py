@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import logging
-import threading
 from typing import Any
 
 import torch
@@ -13,32 +10,10 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.errors import AITuneRayError, ConfigError, RecordingError
+from aitune_ray.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
 from aitune_ray.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
 
 logger = logging.getLogger(__name__)
-
-_sessions = threading.local()
-
-
-class ModuleState(str, enum.Enum):
-    RECORDING = "recording"   # calls run eagerly and are recorded
-    TUNED = "tuned"           # calls go to the chosen backend
-    EAGER = "eager"           # calls run eagerly (tuning kept eager, or failed)
-
-
-@contextlib.contextmanager
-def recording_session():
-    """Collects every wrapped Module called inside it, in order of first call."""
-    stack = getattr(_sessions, "stack", None)
-    if stack is None:
-        stack = _sessions.stack = []
-    reached: list[Module] = []
-    stack.append(reached)
-    try:
-        yield reached
-    finally:
-        stack.pop()
-
 
 class Module(nn.Module):
     """AITune's Module: wrap, record, tune, call.
@@ -66,9 +41,7 @@ class Module(nn.Module):
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        stack = getattr(_sessions, "stack", None)
-        if stack and self not in stack[-1]:
-            stack[-1].append(self)
+        note_call(self)
         if self.state == ModuleState.TUNED:
             return self.backend.infer(*args, **kwargs)
         if self.state == ModuleState.RECORDING:

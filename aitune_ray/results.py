@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
+from aitune_ray.imports import short_name
 from aitune_ray.measure.correctness import CorrectnessReport
 from aitune_ray.measure.timing import Timing
 
@@ -27,6 +29,11 @@ class CandidateJob:
     tolerance: float | None = None    # relative L2 bound; None: the backend's default, else per dtype
     measure: dict = dataclasses.field(default_factory=dict)   # MeasureConfig.to_dict()
     priority: int = 0                 # position in the strategy's list (FirstWins decides in this order)
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's class name, as reports show it."""
+        return short_name(self.spec.get("type", ""))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -53,6 +60,9 @@ class BuildResult:
     state: dict = dataclasses.field(default_factory=dict)        # Backend.export() state
     artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> local path, bytes or URL
     remeasured: dict[int, dict] = dataclasses.field(default_factory=dict)  # interleaved re-measure on one GPU
+    peak_memory_bytes: int = 0        # the worker's peak device memory (allocated) so far, after this build
+    #: The exception the build raised, where this process has it (never serialized: to_dict leaves it out).
+    exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -67,11 +77,12 @@ class BuildResult:
         return Timing.from_dict(data) if data else None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name != "exception"}
 
     @classmethod
     def from_dict(cls, data: dict) -> "BuildResult":
-        data = dict(data)
+        data = {k: v for k, v in data.items() if k != "exception"}
         for name in ("timings", "remeasured"):
             data[name] = {int(k): v for k, v in (data.get(name) or {}).items()}
         return cls(**data)

@@ -31,8 +31,8 @@ from typing import Any, Iterator
 
 import torch
 
-from aitune_ray.cluster import artifacts
-from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+import aitune_ray.artifacts as artifacts
+from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, BuildResult, CandidateJob

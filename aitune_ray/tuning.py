@@ -1,4 +1,4 @@
-"""tune(), save() and load(): the top-level AITune API."""
+"""tune() and tune_modules(): record, then tune each wrapped module (save() and load() live in checkpoint)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from aitune_ray.cluster.executor import Executor, TuneContext
+from aitune_ray.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
 from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError, RunFolderError
-from aitune_ray.module import Module, ModuleState, recording_session
+from aitune_ray.recording import ModuleState, recording_session
 from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
+
+# A "module" here is an aitune_ray.Module; this file does not import module.py, which imports it (Module.tune).
 
 
 def default_strategy(device: torch.device):
@@ -55,7 +57,7 @@ def _opened(executor: Executor | None) -> Iterator[Executor]:
 def default_executor() -> Executor:
     """RayExecutor in local single-node mode when ray is installed, else InlineExecutor (with a warning).
     AITUNE_RAY_EXECUTOR=inline picks the inline executor regardless."""
-    from aitune_ray.cluster.inline import InlineExecutor
+    from aitune_ray.inline import InlineExecutor
 
     if os.environ.get("AITUNE_RAY_EXECUTOR", "").lower() == "inline":
         return InlineExecutor()
@@ -68,7 +70,7 @@ def default_executor() -> Executor:
     return RayExecutor()
 
 
-def _tune_one(module: Module, device: torch.device, executor: Executor) -> ModuleReport:
+def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
     if not len(module.samples):
         raise RecordingError(f"{module.name} has no recorded samples: call it (or tune() a function that "
                              "calls it) with real inputs before tuning")
@@ -110,7 +112,7 @@ def _release_workdir(workdir: Path, users: list) -> None:
             user._workdir = holder   # noqa: SLF001 - a reference, nothing else
 
 
-def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
+def tune_modules(modules: Iterable, device=None, executor: Executor | None = None,
                  raise_errors: bool = False, run_dir=None) -> TuningReport:
     """Tune each module in turn. A module that fails stays eager, with the reason logged and reported.
     run_dir: a run folder (path or aitune_ray.run_dir.RunFolder) that journals the run and resumes it."""
@@ -151,7 +153,7 @@ def _devices_are_local(executor: Executor | None) -> bool:
     return not os.environ.get("RAY_ADDRESS")
 
 
-def _unique_names(modules: list[Module]) -> None:
+def _unique_names(modules: list) -> None:
     """Reports, executors and checkpoints key modules by name: give clashing names a numeric suffix."""
     seen: dict[str, int] = {}
     for module in modules:
@@ -173,7 +175,7 @@ def _call(func: Callable, item: Any) -> None:
         func(item)
 
 
-def _record(func: Callable, dataset: Iterable) -> list[Module]:
+def _record(func: Callable, dataset: Iterable) -> list:
     """Call func on every item under a recording session; the wrapped Modules that recorded calls."""
     items = 0
     with recording_session() as reached, torch.no_grad():
@@ -215,26 +217,3 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
         report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir)
     logger.info("tuning finished\n%s", report.markdown())
     return report
-
-
-def save(obj: Any, path: str | Path, *, signing_key: bytes | str | None = None) -> Path:
-    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file.
-    With a signing_key (opt-in) the manifest is signed with HMAC-SHA256."""
-    from aitune_ray.checkpoint import save_checkpoint
-
-    return save_checkpoint(obj, Path(path), signing_key=signing_key)
-
-
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *, backends: tuple = (),
-         providers: tuple = (), signing_key: bytes | str | None = None, allow_native_code: bool = False) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
-
-    The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
-    Backend / KernelProvider classes passed in backends / providers. It never imports what it names.
-    With a signing_key, only a checkpoint signed with that key (save(..., signing_key=...)) loads. Artifacts
-    of compiled native code (AOTInductor packages) run code as they load: they load only from a checkpoint
-    signed with signing_key, or with allow_native_code=True."""
-    from aitune_ray.checkpoint import load_checkpoint
-
-    return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers),
-                           signing_key=signing_key, allow_native_code=allow_native_code)

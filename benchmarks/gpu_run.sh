@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -40,6 +40,15 @@ for part in $parts; do
         --backends jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
         > "$out/ray_vs_inline.log" 2>&1
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
+    ray1)   # one GPU: Ray with one actor against inline, with where Ray's time goes (under 6 minutes)
+      timeout 380 python benchmarks/ray_vs_inline.py --model encoder --runs ray:1,inline --run-timeout 180 \
+        --backends jit,jit-ro,ao-int8wo,ao-fp8wo --log-dir "$out/actor-logs-ray1" --out "$out/ray1_vs_inline.md" \
+        > "$out/ray1_vs_inline.log" 2>&1
+      sed -n '1,60p' "$out/ray1_vs_inline.md" ;;
+    memory)   # peak memory with 2 and 8 candidates that each hold 4 GiB once built, inline and on Ray
+      timeout 240 python benchmarks/memory.py --device cuda --candidates 2,8 --buffer-mb 4096 --ray \
+        --out "$out/memory.md" > "$out/memory.log" 2>&1
+      cat "$out/memory.md" ;;
     bert)
       TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 timeout 570 python benchmarks/ray_vs_inline.py --model bert \
         --backends $balanced --runs "ray:$gpus,inline" --run-timeout 340 --log-dir "$out/actor-logs" --out "$out/bert.md" > "$out/bert.log" 2>&1

@@ -42,6 +42,7 @@ from aitune_ray.backend import (KernelSelectorBackend, KernelSelectorBackendConf
 from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSample,  # noqa: E402
                                      SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_original,
                                      benchmark_provider)
+from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig, measure_interleaved  # noqa: E402
 
 SDPA = "scaled_dot_product_attention"
@@ -122,7 +123,7 @@ def run_shape(text: str, device: torch.device, dtype: torch.dtype, executor, del
     result = next((r for r in results if r.key == wrapped.report.chosen), results[0] if results else None)
     spec = (result.spec.get("delegate") or {}) if result is not None else {}
     mode = (spec.get("config") or {}).get("mode")
-    row["delegate"] = spec.get("type", "").rpartition(":")[2] + (f" ({mode})" if mode else "")
+    row["delegate"] = short_name(spec.get("type", "")) + (f" ({mode})" if mode else "")
     plan = (result.state.get("kernel_plan") or {}) if result is not None else {}
     chosen = next((r for r in plan.get("results", []) if r.get("selected")), None)
     row["chosen"] = chosen["description"] if chosen else "original (no replacement)"

@@ -20,7 +20,13 @@ wall time (everything: Ray start, actors, recording, eager baseline, candidates,
 inline and efficiency (speedup / GPUs), Ray's fixed overhead (Ray start until the last actor was up and
 warmed, which overlaps the driver's recording), the ideal schedule on N GPUs (the larger of the longest
 candidate and the inline candidate total over N, from the inline times) and the critical-path bound (the
-longest candidate), and whether each run chose the same backend as inline.
+longest candidate), and whether each run chose the same backend as inline. Then, per run, where the time
+went, from the executor's progress events: time before the first event (Ray's start and the recording),
+the eager baseline (on Ray it includes waiting for the actor's warm-up), the candidates as the driver saw
+them against their worker-timed build + check + profile (the difference is dispatch and result
+transfer), the re-measure, the chosen backend's restore on the driver (materialize: a JIT backend is
+compiled again there on Ray, reused inline), and on Ray each actor's process start, warm-up parts and
+the compile and torch threads it was given (inline: the driver's).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aitune_ray as ait  # noqa: E402
+from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
@@ -57,11 +64,76 @@ def parse_run(text: str) -> tuple[str, int]:
 
 def short_label(spec: dict) -> str:
     """A backend spec as a short name: its class, the config values that tell candidates apart, its delegate."""
-    name = str(spec.get("type", "?")).rpartition(":")[2]
+    name = short_name(spec.get("type", "?"))
     config = spec.get("config") or {}
     keys = [str(config[k]) for k in ("mode", "quantization", "provider") if config.get(k)]
     label = name + (f"({', '.join(keys)})" if keys else "")
     return label + (f" + {short_label(spec['delegate'])}" if spec.get("delegate") else "")
+
+
+def timed(obj, method: str) -> list[float]:
+    """Wrap obj.method to record how long each call takes; returns the list it appends to."""
+    seconds: list[float] = []
+    real = getattr(obj, method)
+
+    def wrapper(*a, **k):
+        begun = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            seconds.append(time.perf_counter() - begun)
+
+    setattr(obj, method, wrapper)
+    return seconds
+
+
+def _spans(events: list[dict], task: str, start: str) -> list[tuple[dict, dict]]:
+    """(start event, done event) pairs of one task kind, matched by module and key, on the driver's clock."""
+    open_, pairs = {}, []
+    for e in events:
+        if e.get("task") != task:
+            continue
+        ident = (e.get("module"), e.get("key"))
+        if e.get("event") == start:
+            open_[ident] = e
+        elif e.get("event") == "done" and ident in open_:
+            pairs.append((open_.pop(ident), e))
+    return pairs
+
+
+def time_budget(events: list[dict], results: list, identities: list[dict], started_wall: float, wall: float,
+                materialize_s: float) -> dict:
+    """Where a run's wall time went, from its progress events (driver clock), its results (worker-timed
+    build + check + profile) and its actors' own start and warm-up times."""
+    import torch._inductor.config as inductor_config
+
+    first = min((e["time"] for e in events), default=started_wall)
+    baseline = _spans(events, "baseline", "measuring")
+    remeasure = _spans(events, "remeasure", "remeasuring")
+    builds = _spans(events, "build", "building")
+    worker_s = {r.key: r.total_s for r in results}
+    seen_s = sum(done["time"] - begun["time"] for begun, done in builds)
+    budget = {"before the first event (Ray start, recording) s": first - started_wall,
+              "eager baseline s (driver-seen)": sum(d["time"] - b["time"] for b, d in baseline),
+              "candidates, driver-seen s (sum)": seen_s,
+              "candidates, worker-timed s (sum)": sum(worker_s.get(b["key"], 0.0) for b, _ in builds),
+              "re-measure s": sum(d["time"] - b["time"] for b, d in remeasure),
+              "materialize on the driver s": materialize_s}
+    budget["dispatch + transfer s (driver-seen - worker-timed)"] = (budget["candidates, driver-seen s (sum)"]
+                                                                    - budget["candidates, worker-timed s (sum)"])
+    if identities:
+        budget["actor process start s (after the driver began)"] = max(
+            (i.get("started_at") or started_wall) - started_wall for i in identities)
+        warm = [i.get("warm_up") or {} for i in identities]
+        for part in ("cuda_context_s", "first_compile_s", "torchao_import_s", "warm_up_s"):
+            budget[f"actor warm-up: {part}"] = max((w.get(part, 0.0) for w in warm), default=0.0)
+        budget["compile threads (actor)"] = max((w.get("compile_threads", 0) for w in warm), default=0)
+        budget["torch threads (actor)"] = max((i.get("threads", 0) for i in identities), default=0)
+    else:
+        budget["compile threads (inline)"] = inductor_config.compile_threads
+        budget["torch threads (inline)"] = torch.get_num_threads()
+    budget["wall s"] = wall
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in budget.items()}
 
 
 def tune_once(run_name: str, args, device, dtype) -> dict:
@@ -73,12 +145,19 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         [BACKENDS[name]() for name in names], measure_config=MeasureConfig(max_seconds=1.0)))
     started_wall, started = time.time(), time.perf_counter()
     logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
-    executor = ait.InlineExecutor() if kind == "inline" else ait.RayExecutor(max_actors=gpus, log_dir=logs)
+    events: list[dict] = []
+    executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
+                else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
+    materialized = timed(executor, "materialize")
+    identities: list[dict] = []
+    put_s = 0.0
     try:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
         overhead = None
         if kind == "ray":   # when the last actor was up and warmed (it said so itself), from Ray's start
-            ready = [s.identity().get("ready_at") for s in executor.pool.alive()]
+            identities = [s.identity() for s in executor.pool.alive()]
+            put_s = executor.put_s
+            ready = [i.get("ready_at") for i in identities]
             overhead = max(r for r in ready if r) - started_wall if any(ready) else None
             actors = len(executor.pool.alive())
     finally:
@@ -97,7 +176,14 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         chosen[mod.module] = short_label(result.spec) if result else "eager"
         chosen_key[mod.module] = mod.chosen
         speedups[mod.module] = dict(mod.speedups)
-    return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall,
+    results = [r for mod in report.modules for r in mod.results]
+    phases = time_budget(events, results, identities, started_wall, wall, sum(materialized))
+    if kind == "ray":
+        phases["module and samples into the object store s"] = round(put_s, 2)
+    if report.failures:
+        print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
+    return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,
+            "failures": dict(report.failures),
             "overhead_s": overhead, "chosen": chosen, "chosen_key": chosen_key, "speedups": speedups,
             "candidates": candidates, "modules": modules,
             "candidate_total_s": sum(t for _, _, t, _ in candidates.values()),
@@ -122,6 +208,9 @@ def run_child(run_name: str, args) -> dict:
         tail = str(exc.stderr or "")[-3000:]
     if failure is None and out.exists():
         data = json.loads(out.read_text())
+        if data.get("failures") and not data.get("candidates"):
+            failure = f"every module failed to tune: {data['failures']}"
+    if failure is None and out.exists():
         print(f"run {run_name}: {data['wall_s']:.1f} s", flush=True)
         return data
     print(f"run {run_name} failed ({failure}):\n{tail}", flush=True)
@@ -197,6 +286,14 @@ def report(args, runs: list[dict], device, dtype) -> str:
         lines.append(f"| {r['run']} | {r['gpus']} | {r['wall_s']:.1f} | {overhead} | {speedup:.2f}x "
                      f"({r['wall_s'] / inline['wall_s']:.2f} of inline) | {speedup / r['gpus']:.0%} | {ideal:.1f} | "
                      f"{r['wall_s'] / ideal:.2f}x | {r['wall_s'] / longest:.2f}x | {verdict(inline, r)} |")
+    phased = [r for r in runs if r.get("phases")]
+    if phased:
+        names = list(dict.fromkeys(k for r in phased for k in r["phases"]))
+        lines += ["", "Where the time went (driver clock for events; actors' own clock for their start and "
+                      "warm-up; candidates overlap on several GPUs, so their sums can exceed the wall):", "",
+                  "| | " + " | ".join(r["run"] for r in phased) + " |", "|---|" + "---|" * len(phased)]
+        lines += [f"| {name} | " + " | ".join(str(r["phases"].get(name, "-")) for r in phased) + " |"
+                  for name in names]
     lines += ["", "\n\n".join(f"#### {r['run']}\n\n{r['markdown']}" for r in runs if "markdown" in r)]
     return "\n".join(lines)
 
@@ -258,6 +355,7 @@ def included(args) -> list[dict]:
 
 
 def write(args, runs: list[dict], device, dtype) -> None:
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(report(args, runs, device, dtype))
     inline = next((r for r in runs if r.get("kind") == "inline" and "failed" not in r), None)
     rays = [r for r in runs if r.get("kind") == "ray" and "failed" not in r]

@@ -30,11 +30,14 @@ class SlowNet(nn.Module):
 
 @dataclasses.dataclass
 class HelperConfig(BackendConfig):
-    """build_s: time spent building. infer_delay_s: time added to every call. tag: tells twins apart."""
+    """build_s: time spent building. infer_delay_s: time added to every call. tag: tells twins apart.
+    wait_for: a file the build waits for (up to 60 s): the test creates it when an event it waits on has
+    happened, so that the order of two builds is set by events, not by their durations."""
 
     build_s: float = 0.0
     infer_delay_s: float = 0.0
     tag: int = 0
+    wait_for: str = ""
 
 
 class FastBackend(Backend):
@@ -44,6 +47,10 @@ class FastBackend(Backend):
 
     def _build(self, module, samples, device, workdir):
         time.sleep(self.config.build_s)
+        if self.config.wait_for:
+            deadline = time.monotonic() + 60.0
+            while not Path(self.config.wait_for).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         self._linear = module.linear
 
     def _infer(self, x):

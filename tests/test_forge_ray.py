@@ -18,9 +18,12 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
-from aitune_ray.cluster.forge import Cancelled, RayKernelOptimizer, finalists_to_remeasure  # noqa: E402
+from aitune_ray.cluster.forge import Cancelled, RayForgeRunner, RayKernelOptimizer  # noqa: E402
 from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAttentionKernelProvider,  # noqa: E402
                                      TorchSDPAKernelProvider)
+from aitune_ray.kernel_forge.runner import LocalRunner  # noqa: E402
+from aitune_ray.kernel_forge.selection import (REMEASURE_MARGIN, apply_interleaved, choose,  # noqa: E402
+                                               finalists_to_remeasure)
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.forge_helpers import (  # noqa: E402
     GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider, one_thread)
@@ -90,6 +93,64 @@ def test_small_wins_and_close_finalists_on_different_gpus_are_remeasured():
 
 
 # ----- RayKernelOptimizer -----------------------------------------------------------------------------------
+
+@pytest.fixture(params=["inline", "ray"])
+def where(request):
+    """Each test that takes it runs once in this process and once on the Ray actors."""
+    return request.param
+
+
+def forge_runner(where: str, request):
+    return LocalRunner() if where == "inline" else RayForgeRunner(request.getfixturevalue("executor"))
+
+
+def replayed_choice(plan, function: str, margin: float = REMEASURE_MARGIN) -> str | None:
+    """The one choice rule applied again to the records a plan keeps (their interleaved re-measures too)."""
+    records = [ProviderBenchmark.from_dict(r) for r in plan.results if r["function"] == function]
+    originals = {(r.node, r.gpu): r for r in records if r.source == "original" and r.ok}
+    candidates = [r for r in records if r.source != "original"]
+    stored = {id(r): r.remeasured for r in candidates}
+
+    def remeasure(finalists):
+        for r in finalists:
+            r.remeasured = stored[id(r)]
+            if r.remeasured:
+                r.speedup = r.remeasured["speedup"]
+
+    for r in candidates:
+        r.remeasured, r.selected = None, False
+    best = choose(function, candidates, originals, remeasure, margin)
+    return best.description if best is not None else None
+
+
+def test_inline_and_ray_choose_providers_by_the_same_rule(where, request):
+    model, data = GeluNorm().eval(), samples()
+    plan = KernelOptimizer(providers(), runner=forge_runner(where, request), **options()).make_plan(model, data)
+    expected = {"gelu": "test gelu cached", "layer_norm": "test layer_norm cached"}
+    assert plan.functions == expected
+    for function, chosen in expected.items():
+        assert replayed_choice(plan, function) == chosen
+    selected = [r for r in plan.results if r["selected"]]
+    assert sorted(r["description"] for r in selected) == sorted(expected.values())
+    assert all(r["gpu"] for r in plan.results if r["status"] == "ok")
+
+
+def test_the_choice_rule_re_measures_close_finalists_and_keeps_only_a_win():
+    original = ProviderBenchmark("gelu", "original F.gelu", "ok", source="original", median_ms=1.0, gpu="g0")
+    close = [ProviderBenchmark("gelu", name, "ok", median_ms=ms, gpu="g0") for name, ms in (("a", 0.98), ("b", 0.97))]
+    asked = []
+
+    def remeasure(finalists):   # on one device, "a" turns out faster and "b" slower than the original
+        asked.extend(r.description for r in finalists)
+        apply_interleaved(finalists, {"original": {"median_ms": 1.0}, "gpu": "g0", "node": "", "rounds": 3,
+                                      "candidates": {"0": {"median_ms": 1.1, "cv": 0.0},
+                                                     "1": {"median_ms": 0.9, "cv": 0.0}}, "errors": {}})
+
+    best = choose("gelu", close, {("", "g0"): original}, remeasure)
+    assert asked == ["b", "a"]                      # best first, both within the margin of a small win
+    assert best is not None and best.description == "a" and best.selected
+    assert choose("gelu", close, {("", "g0"): original}, None).description == "b"   # raw numbers decide
+
 
 def test_same_plan_inline_and_on_ray_with_every_number_naming_its_gpu(executor):
     model, data = GeluNorm().eval(), samples()
@@ -212,17 +273,18 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
     assert "kernel profile" not in log
 
 
-def test_kernel_selector_jobs_with_one_selection_config_share_one_plan_on_ray(executor, monkeypatch):
-    """Two KernelSelector candidates around different delegates, one selection config: the driver profiles
-    once, and both composites build from the same plan; a third with another config gets its own."""
+def test_kernel_selector_jobs_with_one_selection_config_share_one_plan(where, request, monkeypatch):
+    """Two KernelSelector candidates around different delegates, one selection config: the module is
+    profiled once, and both composites build from the same plan; a third with another config gets its own.
+    The same inline and on Ray."""
     profiled = []
-    profile = RayKernelOptimizer.profile_functions
+    profile = KernelOptimizer.profile_functions
 
     def counting(self, *args, **kwargs):
         profiled.append(self)
         return profile(self, *args, **kwargs)
 
-    monkeypatch.setattr(RayKernelOptimizer, "profile_functions", counting)
+    monkeypatch.setattr(KernelOptimizer, "profile_functions", counting)
     config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached"), TestGeluProvider("slow")],
                                          measure=FAST.to_dict(), final_rounds=3)
     other = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("slow")], measure=FAST.to_dict(),
@@ -232,15 +294,16 @@ def test_kernel_selector_jobs_with_one_selection_config_share_one_plan_on_ray(ex
     alone = KernelSelectorBackend(other, TorchEagerBackend())
     strategy = ait.MaxThroughputStrategy([*shared, alone], measure_config=FAST)
     model = ait.Module(GeluNorm().eval(), "gelu_norm_shared", strategy=strategy)
-    ait.tune(model, samples(), executor=executor)
+    executor = ait.InlineExecutor(remeasure_rounds=0) if where == "inline" else request.getfixturevalue("executor")
+    ait.tune(model, samples(), device="cpu", executor=executor)
 
     assert len(profiled) == 2            # one profile per selection config, not one per candidate
     results = {r.key: r for r in model.report.results}
     first, second = (results[b.key()] for b in shared)
     assert first.ok and second.ok, (first.error, second.error)
-    assert first.spec["kernel_plan"] == second.spec["kernel_plan"]
-    assert [p["behavior"] for p in first.spec["kernel_plan"]["providers"]] == ["cached"]
-    assert results[alone.key()].spec["kernel_plan"]["providers"] == []
+    assert first.state["kernel_plan"] == second.state["kernel_plan"]
+    assert [p["behavior"] for p in first.state["kernel_plan"]["providers"]] == ["cached"]
+    assert results[alone.key()].state["kernel_plan"]["providers"] == []
 
 
 # ----- GPU (device machine, two GPUs) -------------------------------------------------------------------------

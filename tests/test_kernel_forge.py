@@ -29,10 +29,8 @@ from aitune_ray.kernel_forge.evaluate import reference_outputs, validate
 from aitune_ray.kernel_forge.kernel_provider import attention
 from aitune_ray.measure.timing import MeasureConfig
 from tests.forge_helpers import (CALLS, ForgeBlock, GeluNorm, NeverFinishingGenerator, QuickGelu, RaisingGenerator,
-                                 SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider, block_samples,
-                                 call_in_thread, one_thread, ready)
-
-from tests.ray_helpers import HelperConfig  # noqa: E402
+                                 TestGeluProvider, TestLayerNormProvider, block_samples, call_in_thread, one_thread,
+                                 ready)
 
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
 
@@ -635,34 +633,3 @@ def test_gpu_kernel_selector_backend_default_providers(tmp_path):
     err = (out.float() - store.samples[0].outputs.float()).norm() / store.samples[0].outputs.float().norm()
     assert float(err) < 2e-2
     assert math.isfinite(float(err))
-
-
-def test_inline_kernel_selector_candidates_with_one_selection_config_share_one_plan(monkeypatch):
-    """Two KernelSelector candidates differing only in their delegate: inline, the module is profiled and
-    planned once, and both build on that plan (as on Ray)."""
-    calls = []
-    make_plan = KernelOptimizer.make_plan
-
-    def counting(self, *args, **kwargs):
-        calls.append(self)
-        return make_plan(self, *args, **kwargs)
-
-    monkeypatch.setattr(KernelOptimizer, "make_plan", counting)
-    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached"), TestGeluProvider("slow")],
-                                         measure=FAST.to_dict(), final_rounds=3)
-    other = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("slow")], measure=FAST.to_dict(),
-                                        final_rounds=3)
-    candidates = [KernelSelectorBackend(config, TorchEagerBackend()),
-                  KernelSelectorBackend(config, SleepyEagerBackend(HelperConfig(build_s=0.0))),
-                  KernelSelectorBackend(other, TorchEagerBackend())]
-    strategy = ait.MaxThroughputStrategy(candidates, measure_config=FAST).enable_performance_validation(False)
-    module = ait.Module(GeluNorm().eval(), "gelunorm", strategy=strategy)
-    for x in block_samples(dim=256):
-        module(x)
-    module.tune(device="cpu", executor=ait.InlineExecutor(remeasure_rounds=0))
-
-    assert len(calls) == 2            # one plan per selection config, not one per candidate
-    plans = [r.state["kernel_plan"]["providers"] for r in module.report.results if r.backend == "KernelSelectorBackend"]
-    assert len(plans) == 3
-    assert plans[0] == plans[1]
-    assert [p["behavior"] for p in plans[0]] == ["cached"]

@@ -70,7 +70,12 @@ def test_quiet_prints_nothing_and_log_json_prints_json(tmp_path, capsys):
     assert main(["tune", "--log-json", "-v", str(job)]) == 0
     captured = capsys.readouterr()
     events = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
-    assert [e["event"] for e in events] == ["building", "done", "building", "done"]
+    build = [e["event"] for e in events if e["task"] == "build"]
+    assert build[:2] == ["queued", "queued"] and build[2] == "building" and build[-1] == "done"
+    assert build.count("building") == build.count("done") == 2
+    assert set(build[2:]) <= {"building", "checking", "measuring", "done"}
+    assert [(e["task"], e["event"]) for e in events if e["task"] != "build"][:2] == [("baseline", "measuring"),
+                                                                                    ("baseline", "done")]
     logs = [json.loads(line) for line in captured.err.splitlines() if line.startswith("{\"time\"")]
     assert logs and all({"time", "level", "logger", "message"} <= set(r) for r in logs)
     assert any(r["logger"].startswith("aitune_ray") for r in logs)

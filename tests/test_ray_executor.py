@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
-from aitune_ray.cluster import artifacts  # noqa: E402
+from aitune_ray import artifacts  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.module import ModuleState  # noqa: E402
 from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
@@ -73,6 +73,16 @@ class TestOneNode:
             ex.close()
             ray.shutdown()
 
+    @pytest.mark.parametrize("where", ["inline", "ray"])
+    def test_one_backend_raises_the_backends_own_exception_on_either_executor(self, executor, where):
+        module = recorded(f"raises-{where}", ait.OneBackendStrategy(RaisingBackend(), measure_config=MEASURE))
+        with pytest.raises(RuntimeError, match="always fails to build") as raised:
+            module.tune(executor=InlineExecutor() if where == "inline" else executor)
+        assert type(raised.value) is RuntimeError      # the build's own error, not a wrapper
+        assert module.state == ModuleState.EAGER
+        (result,) = module.report.results
+        assert result.status == ERROR and "exception" not in result.to_dict()
+
     def test_failures_become_results_and_the_survivor_wins(self, executor):
         events = []
         executor.progress = events.append
@@ -103,10 +113,11 @@ class TestOneNode:
         x = torch.randn(4, 8)
         torch.testing.assert_close(module(x), module.module.linear(x))
         assert len(executor.pool.alive()) == 2            # the dead and the killed actor were replaced
-        done = [e for e in events if e["event"] == "done"]
+        done = [e for e in events if e["event"] == "done" and e["task"] == "build"]
         assert sorted(e["status"] for e in done) == sorted(expected.values())
-        assert all(set(e) == {"module", "key", "backend", "event", "status", "node", "gpu", "elapsed_s"}
-                   for e in events)
+        assert all(set(e) >= {"module", "key", "backend", "event", "status", "node", "gpu", "task", "elapsed_s",
+                              "time"} for e in events)
+        assert {e["task"] for e in events} == {"build", "baseline", "remeasure"}
 
     def test_module_and_samples_travel_once_per_module(self, executor):
         before_puts = executor.puts
@@ -128,10 +139,18 @@ class TestOneNode:
         inline = recorded("same", candidates()).tune(executor=InlineExecutor())
         assert on_ray.chosen == inline.chosen == fast().key()
 
-    def test_first_wins_follows_priority_and_cancels_the_rest(self, executor):
+    def test_first_wins_follows_priority_and_cancels_the_rest(self, executor, tmp_path):
         events = []
-        executor.progress = events.append
-        first, second, last = fast(build_s=2.0, tag=1), fast(tag=2), HangingBackend(HelperConfig(build_s=120))
+        flag = tmp_path / "second-done"
+
+        def progress(event):   # the first build goes on once the driver has the second's result
+            events.append(event)
+            if event["event"] == "done" and event["key"] == second.key():
+                flag.touch()
+
+        executor.progress = progress
+        first, second = fast(wait_for=str(flag), tag=1), fast(tag=2)
+        last = HangingBackend(HelperConfig(build_s=120))
         strategy = ait.FirstWinsStrategy([first, second, last], measure_config=MEASURE)
         started = time.monotonic()
         try:
@@ -150,7 +169,8 @@ class TestOneNode:
         real = executor.baseline
 
         def baseline(context):
-            order.append(("baseline", [e["event"] for e in events]))   # what had happened when it began
+            # what had happened when it began
+            order.append(("baseline", [e["event"] for e in events if e["event"] != "queued"]))
             return real(context)
 
         executor.baseline = baseline
@@ -195,7 +215,7 @@ class TestOneNode:
 
     def test_ctrl_c_cancels_outstanding_work(self, executor):
         def interrupt(event):
-            if event["event"] == "done":
+            if event["event"] == "done" and event["task"] == "build":
                 raise KeyboardInterrupt
 
         generations = [s.generation for s in executor.pool.slots]

@@ -102,9 +102,22 @@ class Backend(ABC):
     #: Rough relative cost of a build (1 = a default torch.compile). Executors that run builds in
     #: parallel start the costly ones first, so that one long build does not end the schedule alone.
     build_cost: ClassVar[float] = 1.0
+    #: Optional distributions this backend needs; a checkpoint records their versions.
+    libraries: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every backend class declares what it is; a wrong declaration fails when the class is defined."""
         super().__init_subclass__(**kwargs)
+        config = cls.__dict__.get("config_class", cls.config_class)
+        if not (isinstance(config, type) and issubclass(config, BackendConfig) and dataclasses.is_dataclass(config)):
+            raise TypeError(f"{cls.__name__}.config_class must be a BackendConfig dataclass, not {config!r}")
+        checks = {"is_jit": lambda v: isinstance(v, bool), "libraries": lambda v: isinstance(v, tuple) and all(
+                  isinstance(x, str) and x for x in v), "build_cost": lambda v: isinstance(v, (int, float)) and v > 0,
+                  "default_tolerance": lambda v: v is None or (isinstance(v, (int, float)) and v > 0)}
+        for name, valid in checks.items():
+            value = getattr(cls, name)
+            if not isinstance(value, property) and not valid(value):   # a property decides per instance
+                raise TypeError(f"{cls.__name__}.{name} has an invalid value {value!r}")
         BACKENDS.add(cls)
 
     def __init__(self, config: BackendConfig | None = None):
@@ -145,6 +158,24 @@ class Backend(ABC):
     def _from_spec(cls, spec: dict) -> "Backend":
         """Recreate from spec(); a backend whose spec() holds more than its config overrides both."""
         return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
+
+    # ----- planning before the build (a hook for executors) ----------------------------
+    @classmethod
+    def plan_key(cls, spec: dict) -> str | None:
+        """A backend whose build needs a plan made first (KernelSelectorBackend's kernel plan) returns a key
+        here: jobs with one key share one plan, which the executor makes on the driver with its own runner
+        (planner) and hands to each build in its spec (spec_with_plan). None (the default): no plan."""
+        return None
+
+    @classmethod
+    def planner(cls, spec: dict, runner: Any) -> "Planner":
+        """The Planner that makes spec's plan, its tasks run by runner (a kernel_forge.runner.ForgeRunner)."""
+        raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
+
+    @classmethod
+    def spec_with_plan(cls, spec: dict, plan: Any) -> dict:
+        """spec, carrying the finished plan: a build from it uses the plan and does not make one."""
+        raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
 
     def check_kernel_plan(self, plan: Any) -> None:
         """Called by KernelSelectorBackend before this backend, as its delegate, builds or restores the module
@@ -230,3 +261,32 @@ class Backend(ABC):
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
         raise NotImplementedError(f"{self.name} is ahead-of-time and must implement _load()")
+
+
+class Planner(ABC):
+    """Makes one plan before the builds that share it: profile() on the thread that owns the module (a
+    profiler is best run there), then search() on any thread; cancel() stops a search in progress."""
+
+    @abstractmethod
+    def profile(self, module: nn.Module, samples: SampleStore) -> None:
+        ...
+
+    @abstractmethod
+    def search(self) -> Any:
+        """The plan (what spec_with_plan takes); it has describe() for the log."""
+
+    def cancel(self) -> None:
+        pass
+
+
+def plan_key_of(spec: dict) -> str | None:
+    """Backend.plan_key of the class a spec names (None when it names none that can be imported)."""
+    try:
+        cls = BACKENDS.resolve(str(spec.get("type", "")), Backend)
+    except ConfigError:
+        return None
+    return cls.plan_key(spec)
+
+
+def backend_class_of(spec: dict) -> type["Backend"]:
+    return BACKENDS.resolve(str(spec.get("type", "")), Backend)

@@ -27,7 +27,7 @@ from typing import Any
 from torch import nn
 from torch.nn.attention import SDPBackend
 
-from aitune_ray.backend.backend import Backend, BackendConfig, class_path, import_class
+from aitune_ray.backend.backend import Backend, BackendConfig, Planner, class_path, import_class
 from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend
 from aitune_ray.errors import BuildError, CheckpointError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import (
@@ -108,9 +108,9 @@ class KernelSelectorBackendConfig(BackendConfig):
             parts.append(f"generators=[{', '.join(g.name for g in self.kernel_generators)}]")
         return ",".join(parts)
 
-    def optimizer(self, cls: type[KernelOptimizer] = KernelOptimizer, **extra: Any) -> KernelOptimizer:
-        """A KernelOptimizer (or the subclass cls, given its own extra arguments) with these settings."""
-        return cls(
+    def optimizer(self, **extra: Any) -> KernelOptimizer:
+        """A KernelOptimizer with these settings (extra: its other arguments, e.g. runner=)."""
+        return KernelOptimizer(
             self.kernel_providers, self.kernel_generators, self.provider_min_time_share_percent,
             self.generator_min_time_share_percent, self.generation_timeout, tolerance=self.tolerance,
             measure=MeasureConfig.from_dict(self.measure) if self.measure else None, final_rounds=self.final_rounds,
@@ -175,16 +175,22 @@ class KernelSelectorBackend(Backend):
             return False
         return issubclass(cls, KernelSelectorBackend) and spec.get(PLAN_KEY) is None
 
-    @staticmethod
-    def plan_key(spec: dict) -> str | None:
+    @classmethod
+    def plan_key(cls, spec: dict) -> str | None:
         """For a spec that needs a plan: its class and kernel-selection config, which alone decide the plan
         (the delegate does not), so candidates with one key can share one plan. None for any other spec."""
         if not KernelSelectorBackend.needs_plan(spec):
             return None
         return json.dumps([spec.get("type"), spec.get("config")], sort_keys=True, default=str)
 
-    @staticmethod
-    def spec_with_plan(spec: dict, plan: KernelOptimizationPlan) -> dict:
+    @classmethod
+    def planner(cls, spec: dict, runner: Any) -> Planner:
+        """Profiles the module and searches kernels with spec's KernelOptimizer, its tasks run by runner."""
+        config = cls.config_class.from_dict(dict(spec.get("config") or {}))
+        return _KernelPlanner(config.optimizer(runner=runner))
+
+    @classmethod
+    def spec_with_plan(cls, spec: dict, plan: KernelOptimizationPlan) -> dict:
         """spec, carrying plan: a build from it uses the plan without profiling."""
         return {**spec, PLAN_KEY: plan.to_dict()}
 
@@ -253,3 +259,23 @@ class KernelSelectorBackend(Backend):
         workdir = self._restoring[1]
         self.plan = KernelOptimizationPlan()  # the kernels live in the delegate's artifact
         self.delegate.restore(module, state.get("delegate_state") or {}, artifacts, device, workdir / "delegate")
+
+
+class _KernelPlanner(Planner):
+    """A KernelSelectorBackend's plan: KernelOptimizer.profile_functions, then its search."""
+
+    def __init__(self, optimizer: KernelOptimizer):
+        self.optimizer = optimizer
+        self._profiled = None
+
+    def profile(self, module: nn.Module, samples: SampleStore) -> None:
+        if len(samples):
+            self._profiled = self.optimizer.profile_functions(module, samples, module=module)
+        else:
+            logger.warning("no recorded samples to profile, so no kernel is replaced")
+
+    def search(self) -> KernelOptimizationPlan:
+        return self.optimizer.search(self._profiled) if self._profiled is not None else KernelOptimizationPlan()
+
+    def cancel(self) -> None:
+        self.optimizer.cancel()

@@ -40,6 +40,7 @@ class ONNXRuntimeBackendConfig(BackendConfig):
 
 class ONNXRuntimeBackend(Backend):
     config_class = ONNXRuntimeBackendConfig
+    libraries = ("onnxruntime", "onnx")
     is_jit = False
     build_cost = 0.5
 

@@ -118,6 +118,7 @@ class TensorRTBackendConfig(BackendConfig):
 
 class TensorRTBackend(Backend):
     config_class = TensorRTBackendConfig
+    libraries = ("tensorrt", "nvidia-modelopt")
     is_jit = False
     build_cost = 6.0   # export, then an engine build that tries many tactics (minutes on a large model)
 

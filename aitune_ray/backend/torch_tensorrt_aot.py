@@ -94,6 +94,7 @@ def export_program(module: nn.Module, samples: SampleStore) -> tuple[Any, Tensor
 
 class TorchTensorRTAotBackend(Backend):
     config_class = TorchTensorRTAotBackendConfig
+    libraries = ("torch_tensorrt", "tensorrt")
     is_jit = False
     build_cost = 5.0   # export, TensorRT engine builds, then a save and a load
 

@@ -55,6 +55,7 @@ class TorchTensorRTJitBackendConfig(BackendConfig):
 
 class TorchTensorRTJitBackend(Backend):
     config_class = TorchTensorRTJitBackendConfig
+    libraries = ("torch_tensorrt", "tensorrt")
     is_jit = True
     build_cost = 3.0   # Dynamo capture, then a TensorRT engine build per partition
 

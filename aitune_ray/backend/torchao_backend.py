@@ -63,6 +63,7 @@ class TorchAOBackendConfig(BackendConfig):
 
 class TorchAOBackend(Backend):
     config_class = TorchAOBackendConfig
+    libraries = ("torchao",)
     is_jit = True
     # Quantized outputs sit near 1e-2 relative L2 error from float eager: a check tuned for compilers
     # (1e-3 in fp32) would reject every quantized candidate.

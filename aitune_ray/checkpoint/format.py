@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import platform
 import re
+import sys
 from typing import IO, Any, ClassVar, Optional, Union
 
 from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointSignatureError,
@@ -34,15 +35,6 @@ MANIFEST_SIGNATURE = "manifest.hmac"     # only in signed checkpoints: HMAC-SHA2
 EAGER = "eager"
 
 CHUNK = 1 << 20
-
-# Backend module -> optional distributions whose versions are recorded when a module uses that backend.
-BACKEND_LIBRARIES = {
-    "aitune_ray.backend.onnx_runtime": ("onnxruntime", "onnx"),
-    "aitune_ray.backend.torchao_backend": ("torchao",),
-    "aitune_ray.backend.tensorrt_backend": ("tensorrt", "nvidia-modelopt"),
-    "aitune_ray.backend.torch_tensorrt_jit": ("torch_tensorrt", "tensorrt"),
-    "aitune_ray.backend.torch_tensorrt_aot": ("torch_tensorrt", "tensorrt"),
-}
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 _SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
@@ -183,10 +175,20 @@ def package_versions(backend_types: list[str]) -> dict[str, str]:
                 "aitune_ray": getattr(aitune_ray, "__version__", None) or distribution_version("aitune-ray"),
                 "safetensors": distribution_version("safetensors")}
     for backend_type in backend_types:
-        module_name = backend_type.partition(":")[0]
-        for library in BACKEND_LIBRARIES.get(module_name, ()):
+        for library in backend_libraries(backend_type):
             versions[library] = distribution_version(library)
     return {k: v for k, v in versions.items() if v is not None}
+
+
+def backend_libraries(backend_type: str) -> tuple[str, ...]:
+    """The libraries a backend class declares (Backend.libraries), for a class already imported here
+    (a checkpoint is written from live backends; nothing is imported for it)."""
+    module_name, _, qualname = backend_type.partition(":")
+    obj = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    libraries = getattr(obj, "libraries", ())
+    return tuple(libraries) if isinstance(libraries, (list, tuple)) else ()
 
 
 def dump_manifest(manifest: dict) -> bytes:

@@ -18,6 +18,7 @@ import torch
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.weights import save_weights
 from aitune_ray.errors import AITuneRayError, CheckpointError
+from aitune_ray.imports import short_name
 from aitune_ray.module import Module, ModuleState, find_modules
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
 
 def _backend_label(entry: dict) -> str:
     backend = entry["backend"]
-    return backend if backend == fmt.EAGER else backend["type"].rpartition(":")[2]
+    return backend if backend == fmt.EAGER else short_name(backend["type"])
 
 
 def _sync_directory(directory: Path) -> None:

@@ -1,5 +1,5 @@
-"""Forge tasks on a RayExecutor's actor pool: Work (one TunerActor.forge_* call) and the Scheduler that
-runs it on idle actors in submission order, with timeouts.
+"""Forge tasks on a RayExecutor's actor pool: Work (one TunerActor.forge call) and the Scheduler that
+runs it on idle actors in submission order, through the one task runner (cluster/tasks.py).
 
 A generator's timeout (generation_timeout) counts from its task's submission, and a generator still running
 then has its actor killed and replaced without counting as a failure; any other task has the executor's
@@ -17,11 +17,9 @@ import threading
 import time
 from typing import Any, Iterator
 
-import ray
-
-from aitune_ray.cluster.ray_executor import _DEATH, _is_oom, _short
-from aitune_ray.kernel_forge.records import ERROR, OK, OOM, TIMED_OUT
-from aitune_ray.results import CRASHED
+from aitune_ray.cluster.tasks import TaskRunner
+from aitune_ray.failures import short
+from aitune_ray.kernel_forge.records import ERROR, OK, TIMED_OUT
 
 
 class Cancelled(Exception):
@@ -32,16 +30,14 @@ class Cancelled(Exception):
 class Work:
     """One actor task of the forge."""
 
-    method: str                      # a TunerActor method
+    method: str                      # a forge task: benchmark, generate, original, interleaved
     args: tuple
     function: str
     label: str                       # what it runs (a provider's or generator's name)
     generator: bool = False          # generation_timeout from submission, and a kill that is no failure
     prefer: tuple | None = None      # (node, gpu): run there while that actor lives
-    slot: Any = None
-    ref: Any = None
+    task: Any = None                 # its tasks.Task once dispatched
     dispatched: float = 0.0
-    started: float | None = None     # when the actor was up (task_timeout_s counts from here)
     status: str = ""                 # "" while pending, then OK or why not
     error: str = ""
     out: Any = None
@@ -49,16 +45,24 @@ class Work:
     seconds: float = 0.0
 
 
-class Scheduler:
-    """Runs Work on the idle actors of executor's pool, in submission order, with timeouts."""
+#: Per forge task: its progress task name and the event that starts it.
+EVENTS = {"benchmark": ("forge-benchmark", "benchmarking"), "generate": ("forge-generate", "generating"),
+          "original": ("forge-benchmark", "measuring"), "interleaved": ("forge-remeasure", "remeasuring")}
 
-    def __init__(self, executor, generation_timeout: float, cancelled: threading.Event):
+
+class Scheduler:
+    """Runs Work on the idle actors of executor's pool, in submission order, with timeouts.
+
+    context: the module's TuneContext, when the work's progress events are wanted (executor.emit)."""
+
+    def __init__(self, executor, generation_timeout: float, cancelled: threading.Event, context=None):
         self.executor = executor
+        self.context = context
         self.pool = executor.pool
         self.generation_timeout = generation_timeout
         self.cancelled = cancelled
         self.queue: collections.deque[Work] = collections.deque()
-        self.inflight: dict[Any, Work] = {}
+        self.tasks = TaskRunner(self.pool)
 
     def submit(self, work: Work) -> Work:
         self.queue.append(work)
@@ -78,13 +82,18 @@ class Scheduler:
     def close(self) -> None:
         """Stop whatever is still queued or running (its actors are replaced, not counted as failures)."""
         self.queue.clear()
-        for work in list(self.inflight.values()):
-            self.pool.replace(work.slot, f"forge task {work.label} no longer wanted", failure=False)
-        self.inflight.clear()
+        self.tasks.cancel("forge work no longer wanted")
         with self.pool.lock:
             self.pool.demand.pop(id(self), None)
 
     # ----- internals ----------------------------------------------------------------------------
+    def _emit(self, work: Work, event: str, status: str) -> None:
+        if self.context is not None:
+            task = EVENTS[work.method][0]
+            self.executor.emit(self.context, event, task=task, status=status, where=work.where,
+                               elapsed_s=time.monotonic() - work.dispatched if status != "running" else 0.0,
+                               key=f"{task}:{work.function}:{work.label}", backend=work.label, function=work.function)
+
     def _demand(self) -> None:
         with self.pool.lock:
             self.pool.demand[id(self)] = len(self.queue)
@@ -93,7 +102,7 @@ class Scheduler:
         if self.cancelled.is_set():
             raise Cancelled()
         self._dispatch()
-        if not self.inflight:
+        if not self.tasks.inflight:
             if not self.pool.alive():
                 for work in list(self.queue):
                     work.status, work.error = ERROR, "not run: no tuner actor is left"
@@ -102,73 +111,47 @@ class Scheduler:
             else:
                 time.sleep(0.05)   # every actor is busy with other work
             return
-        refs = list(self.inflight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=self._poll_s())
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        for ref in ready:
-            self._finish(ref)
-        self._expire()
+        for task in self.tasks.wait():
+            self._finish(task.payload, task)
 
     def _dispatch(self) -> None:
         alive = len(self.pool.alive())
         for work in list(self.queue):
             if work.generator:
-                running = sum(1 for w in self.inflight.values() if w.generator)
+                running = sum(1 for t in self.tasks.inflight.values() if t.payload.generator)
                 if running >= max(1, alive - 1):
                     continue
             slot = self.pool.acquire(urgent=True, prefer=work.prefer, only=work.prefer is not None)
             if slot is None:
                 continue
             self.queue.remove(work)
-            work.slot, work.dispatched = slot, time.monotonic()
-            work.where = slot.identity()
-            work.ref = getattr(slot.actor, work.method).remote(*work.args)
-            self.inflight[work.ref] = work
+            limit = self.generation_timeout if work.generator else self.executor.task_timeout_s
+            work.task = self.tasks.start(slot, "forge", (work.method, *work.args), limit, payload=work,
+                                         from_dispatch=work.generator, failure_on_timeout=not work.generator)
+            work.dispatched, work.where = work.task.dispatched, work.task.where
+            self._emit(work, EVENTS[work.method][1], "running")
         self._demand()
 
-    def _deadline(self, work: Work, now: float) -> float:
-        if work.generator:
-            return work.dispatched + self.generation_timeout
-        limit = self.executor.task_timeout_s
-        if work.started is None and work.slot.ready():
-            work.started = now
-        return (work.started if work.started is not None else work.dispatched + limit) + limit
-
-    def _poll_s(self) -> float:
-        now = time.monotonic()
-        return max(0.01, min([1.0] + [self._deadline(w, now) - now for w in self.inflight.values()]))
-
-    def _finish(self, ref) -> None:
-        work = self.inflight.pop(ref)
-        slot = work.slot
-        work.seconds = time.monotonic() - work.dispatched
-        work.where = slot.identity() or work.where
-        try:
-            work.out = ray.get(ref)
-            work.status = OK
-            slot.busy = False
-        except _DEATH as exc:
-            work.status = OOM if _is_oom(exc) else CRASHED
-            work.error = f"the worker process died during {work.method} of {work.label} ({_short(exc)})"
-            self.pool.replace(slot, f"forge task {work.label}: {work.status}")
-        except ray.exceptions.RayError as exc:
-            cause = getattr(exc, "cause", None) or exc
-            work.status, work.error = ERROR, f"{type(cause).__name__}: {_short(cause, 2000)}"
-            slot.busy = False
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for ref, work in list(self.inflight.items()):
-            if now < self._deadline(work, now):
-                continue
-            del self.inflight[ref]
-            work.seconds = now - work.dispatched
-            if work.generator:
-                work.error = (f"no result {self.generation_timeout:g} s after submission; its actor was killed and "
-                              "replaced")
-            else:
-                work.error = (f"{work.method} of {work.label} ran past task_timeout_s="
-                              f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
+    def _finish(self, work: Work, task) -> None:
+        work.seconds, work.where = task.seconds, task.where
+        if task.timed_out:
             work.status = TIMED_OUT
-            self.pool.replace(work.slot, f"forge task {work.label}: timed out", failure=not work.generator)
+            work.error = (f"no result {self.generation_timeout:g} s after submission; its actor was killed and "
+                          "replaced" if work.generator else
+                          f"forge {work.method} of {work.label} ran past task_timeout_s="
+                          f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
+        elif task.failure is not None:
+            work.status, work.error = task.failure.status, task.failure.error
+            if task.failure.worker_lost:
+                work.error = (f"the worker process died during the forge {work.method} of {work.label} "
+                              f"({short(task.failure.cause)})")
+        else:
+            work.out, work.status = task.out, OK
+        self._emit(work, "done", self._status(work))
+
+    @staticmethod
+    def _status(work: Work) -> str:
+        """A finished task's outcome: the record's own status where the task returned one."""
+        if work.status == OK and isinstance(work.out, dict) and isinstance(work.out.get("status"), str):
+            return work.out["status"]
+        return work.status

@@ -12,17 +12,18 @@ driver writes them into its workdir as results arrive. materialize() restores th
 driver; when it ran on CUDA and the driver has no CUDA GPU, it returns a DetachedBackend, which a
 checkpoint can save but which cannot run inference.
 
-A KernelSelectorBackend job without a finished kernel plan first gets one from the kernel forge on these
-actors (aitune_ray.cluster.forge.PlanRun) while the batch's other jobs build; then it builds like the rest.
+A job whose backend needs a plan before its build (Backend.plan_key: a KernelSelectorBackend without a
+finished kernel plan) first gets one from the driver, its tasks on these actors
+(aitune_ray.cluster.forge.PlanRun), while the batch's other jobs build; then it builds like the rest.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
-import dataclasses
 import logging
 import os
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -31,47 +32,20 @@ from typing import Callable, Iterator
 import ray
 import torch
 
-from aitune_ray.backend.backend import Backend
-from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
-from aitune_ray.cluster import artifacts
+from aitune_ray.backend.backend import Backend, plan_key_of
+import aitune_ray.artifacts as artifacts
 from aitune_ray.cluster.detached import DetachedBackend
-from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
+from aitune_ray.failures import classify, log_hint, revive_exception, short
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.worker import finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
-progress_logger = logging.getLogger("aitune_ray.progress")
-
-_DEATH = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.OutOfMemoryError,
-          ray.exceptions.NodeDiedError, ray.exceptions.ActorUnschedulableError)
-
-
-def _is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, ray.exceptions.OutOfMemoryError):
-        return True
-    # Ray's memory monitor kills the worker with a message saying so; the generic "worker died" text only
-    # lists the OOM killer among possible causes, which is not evidence.
-    text = str(exc).lower()
-    return any(s in text for s in ("memory monitor", "out of memory", "low on memory", "outofmemory"))
-
-
-def _short(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def _log_hint(path: str) -> str:
-    """The fatal line a dying worker left in its log, when the log is readable from here."""
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    fatal = [line for line in lines if "Fatal Python error" in line]
-    return fatal[-1].strip() if fatal else ""
-
 
 def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
@@ -81,14 +55,6 @@ def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(module).to("cpu")
 
 
-@dataclasses.dataclass
-class _Task:
-    slot: Slot
-    job: CandidateJob
-    dispatched: float
-    started: float | None = None     # when the actor was up; the timeout counts from here
-
-
 class _RayHandle(RunHandle):
     def __init__(self, executor: "RayExecutor", context: TuneContext, jobs: list[CandidateJob]):
         from aitune_ray.cluster.forge import PlanRun
@@ -96,13 +62,15 @@ class _RayHandle(RunHandle):
         self._ex, self._ctx = executor, context
         groups: dict[str, list[CandidateJob]] = {}   # plan key -> the jobs that share that plan
         for job in jobs:
-            key = KernelSelectorBackend.plan_key(job.spec)
+            key = plan_key_of(job.spec)
             if key is not None:
                 groups.setdefault(key, []).append(job)
-        self._queue = collections.deque(job for job in jobs if KernelSelectorBackend.plan_key(job.spec) is None)
+        self._queue = collections.deque(job for job in jobs if plan_key_of(job.spec) is None)
         self._plans = [PlanRun(executor, context, group) for group in groups.values()]
-        self._inflight: dict = {}     # ObjectRef -> _Task
+        self._tasks = TaskRunner(executor.pool)
         self._cancelled = False
+        for job in jobs:
+            executor._emit(context, job, "queued", "running", {}, 0.0)
 
     def start(self) -> None:
         """Keep one actor for the eager baseline and start the first builds on the others now, so that
@@ -122,15 +90,18 @@ class _RayHandle(RunHandle):
         try:
             for plan in self._plans:   # each profiles here, then searches on a thread of its own
                 for job in plan.jobs:
-                    self._ex._emit(self._ctx, job, "planning", "running", {}, 0.0)
+                    self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
                 plan.start()
-            while not self._cancelled and (self._queue or self._inflight or self._plans):
+            while not self._cancelled and (self._queue or self._tasks.inflight or self._plans):
+                # Jobs already queued go before those whose plan has just finished: the plain builds wait
+                # only for the driver's profiling, never for the search.
+                self._dispatch()
                 for result in self._planned():
                     yield result
                     if self._cancelled:
                         return
                 self._dispatch()
-                if not self._inflight:
+                if not self._tasks.inflight:
                     waited = time.monotonic() - (waiting_since := waiting_since or time.monotonic())
                     stalled = bool(self._queue) and not self._plans and waited > self._ex.task_timeout_s
                     if not self._ex.pool.alive() or stalled:   # every slot retired, or none starts again
@@ -143,17 +114,8 @@ class _RayHandle(RunHandle):
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
                 waiting_since = None
-                ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
-                for ref in ready:
-                    task = self._inflight.pop(ref)
-                    result = self._collect(ref, task)
-                    self._ex._done(self._ctx, task, result)
-                    yield result
-                    if self._cancelled:
-                        return
-                for ref, task in self._expired():
-                    self._inflight.pop(ref)
-                    result = self._timed_out(task)
+                for task in self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0)):
+                    result = self._result(task)
                     self._ex._done(self._ctx, task, result)
                     yield result
                     if self._cancelled:
@@ -167,21 +129,21 @@ class _RayHandle(RunHandle):
         if self._cancelled:
             return
         self._cancelled = True
+        never = list(self._queue)
         self._queue.clear()
+        for job in never:
+            self._ex._emit(self._ctx, job, "done", CANCELLED, {}, 0.0)
         kept = self._ex._baseline_slots.pop(self._ctx.name, None)
         if kept is not None:   # the baseline never ran (an error before it)
             kept.busy = False
         for plan in self._plans:
             plan.cancel()
             for job in plan.jobs:
-                self._ex._emit(self._ctx, job, "done", CANCELLED, {}, time.monotonic() - plan.started)
+                self._ex._emit(self._ctx, job, "done", CANCELLED, self._ex.driver(), time.monotonic() - plan.started,
+                               task="profile")
         self._plans.clear()
-        stopped = [(task, task.slot.identity()) for task in self._inflight.values()]
-        self._inflight.clear()
-        for task, _ in stopped:   # kill first: a progress callback below may raise (Ctrl-C)
-            self._ex.pool.replace(task.slot, "its work was cancelled", failure=False)
-        for task, where in stopped:
-            self._ex._emit(self._ctx, task.job, "done", CANCELLED, where, time.monotonic() - task.dispatched)
+        for task in self._tasks.cancel("its work was cancelled"):   # kill first: a progress callback may raise
+            self._ex._emit(self._ctx, task.payload, "done", CANCELLED, task.where, time.monotonic() - task.dispatched)
 
     # ----- internals ------------------------------------------------------------------------------
     def _planned(self) -> Iterator[BuildResult]:
@@ -191,8 +153,12 @@ class _RayHandle(RunHandle):
             outcomes = list(zip(plan.jobs, plan.outcome()))   # empty when the plan was cancelled
             self._queue.extendleft(reversed([o for _, o in outcomes if isinstance(o, CandidateJob)]))
             for job, outcome in outcomes:
+                if isinstance(outcome, CandidateJob):
+                    self._ex._emit(self._ctx, job, "done", "ok", self._ex.driver(), time.monotonic() - plan.started,
+                                   task="profile")
                 if isinstance(outcome, BuildResult):
-                    self._ex._emit(self._ctx, job, "done", outcome.status, {}, time.monotonic() - plan.started)
+                    self._ex._emit(self._ctx, job, "done", outcome.status, self._ex.driver(),
+                                   time.monotonic() - plan.started, task="profile")
                     yield outcome
 
     def _dispatch(self) -> None:
@@ -204,50 +170,28 @@ class _RayHandle(RunHandle):
             if slot is None:
                 return
             job = self._queue.popleft()
-            ref = slot.actor.run.remote(self._ctx.name, box, intent, job.to_dict())
-            slot.busy = True
-            self._inflight[ref] = _Task(slot, job, time.monotonic())
-            self._ex._emit(self._ctx, job, "building", "running", slot.identity(), 0.0)
+            task = self._tasks.start(slot, "run", (self._ctx.name, box, intent, job.to_dict()), self._ex.task_timeout_s,
+                                     payload=job)
+            self._ex._emit(self._ctx, job, "building", "running", task.where, 0.0)
 
-    def _poll_s(self) -> float:
-        now = time.monotonic()
-        waits = [0.2 if self._plans else 1.0]
-        waits += [t.started + self._ex.task_timeout_s - now for t in self._inflight.values() if t.started]
-        return max(0.01, min(waits))
-
-    def _expired(self) -> list:
-        now, limit = time.monotonic(), self._ex.task_timeout_s
-        expired = []
-        for ref, task in self._inflight.items():
-            if task.started is None and task.slot.ready():
-                task.started = now
-            start = task.started if task.started is not None else task.dispatched + limit  # startup grace
-            if now - start > limit:
-                expired.append((ref, task))
-        return expired
-
-    def _collect(self, ref, task: _Task) -> BuildResult:
-        slot, job = task.slot, task.job
-        try:
-            out = ray.get(ref)
-        except _DEATH as exc:
-            status = OOM if _is_oom(exc) else CRASHED
-            hint = _log_hint(slot.log_path)
-            what = "ran out of memory" if status == OOM else "died"
-            result = self._failed(task, status, f"the worker process {what} while building {_backend_name(job)}"
-                                  f"{': ' + hint if hint else ''} ({_short(exc)})", type(exc).__name__)
-            self._ex.pool.replace(slot, f"{job.key}: {status}")
+    def _result(self, task: Task) -> BuildResult:
+        """What an ended build task gives: the worker's result, or a result saying how the task failed."""
+        job, failure = task.payload, task.failure
+        if task.timed_out:
+            return self._failed(task, TIMED_OUT, f"{job.backend_name} ran past task_timeout_s="
+                                f"{self._ex.task_timeout_s:g}s; its actor was killed and replaced", "TimeoutError")
+        if failure is not None and failure.worker_lost:
+            hint = log_hint(task.log_path)
+            what = "ran out of memory" if failure.status == OOM else "died"
+            return self._failed(task, failure.status, f"the worker process {what} while building {job.backend_name}"
+                                f"{': ' + hint if hint else ''} ({short(failure.cause)})", failure.error_type)
+        if failure is not None:   # the actor method itself raised (e.g. the module did not load)
+            result = self._failed(task, failure.status, failure.error, failure.error_type)
+            result.exception = failure.cause
             return result
-        except ray.exceptions.TaskCancelledError as exc:
-            slot.busy = False
-            return self._failed(task, CANCELLED, _short(exc), type(exc).__name__)
-        except ray.exceptions.RayError as exc:   # the actor method itself raised (e.g. the module did not load)
-            slot.busy = False
-            cause = getattr(exc, "cause", None) or exc
-            status = OOM if _is_oom(cause) else ERROR
-            return self._failed(task, status, f"{type(cause).__name__}: {_short(cause, 2000)}", type(cause).__name__)
-        slot.busy = False
+        out = task.out
         result = BuildResult.from_dict(out["result"])
+        result.exception = revive_exception(out.get("exception"))
         try:
             for name, blob in (out.get("refs") or {}).items():
                 result.artifacts[name] = ray.get(blob)
@@ -259,28 +203,21 @@ class _RayHandle(RunHandle):
             result.artifacts = {}
         return result
 
-    def _timed_out(self, task: _Task) -> BuildResult:
-        limit = self._ex.task_timeout_s
-        result = self._failed(task, TIMED_OUT, f"{_backend_name(task.job)} ran past task_timeout_s={limit:g}s; "
-                              "its actor was killed and replaced", "TimeoutError")
-        self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
-        return result
-
     def _unrun(self, job: CandidateJob, reason: str = "") -> BuildResult:
-        result = BuildResult(key=job.key, backend=_backend_name(job), spec=job.spec, status=ERROR,
+        result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
                              error_type="NoActorsLeft",
                              error=reason or f"not run: every actor slot used up its max_actor_restarts="
                                              f"{self._ex.max_actor_restarts} replacements")
         self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
         return result
 
-    def _failed(self, task: _Task, status: str, error: str, error_type: str) -> BuildResult:
-        info = task.slot.identity()
+    def _failed(self, task: Task, status: str, error: str, error_type: str) -> BuildResult:
+        info, job = task.where, task.payload
         device = "cuda" if self._ex._intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
-        return BuildResult(key=task.job.key, backend=_backend_name(task.job), spec=task.job.spec, status=status,
-                           error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
+        return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=status,
+                           error=error, error_type=error_type, build_s=task.seconds or time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
-                           log_path=info.get("log_path") or task.slot.log_path)
+                           log_path=info.get("log_path") or task.log_path)
 
 
 def check_reachable(address: str, timeout_s: float = 10.0) -> None:
@@ -312,9 +249,6 @@ def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None
         logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
-def _backend_name(job: CandidateJob) -> str:
-    return job.spec.get("type", "").rpartition(":")[2]
-
 
 class RayExecutor(Executor):
     """Runs candidate jobs on a pool of Ray actors, one per GPU.
@@ -325,7 +259,7 @@ class RayExecutor(Executor):
         GPUs of the cluster, at most max_actors. A cluster without GPUs gets max_actors (or 1) CPU actors.
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
-    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.cluster.artifacts).
+    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.artifacts).
     log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
@@ -351,6 +285,7 @@ class RayExecutor(Executor):
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
         self.pool: ActorPool | None = None
         self.puts = 0                   # ray.put calls made for modules and samples
+        self.put_s = 0.0                # seconds those took
         self._own_ray = False
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
@@ -443,7 +378,11 @@ class RayExecutor(Executor):
 
     def _put(self, value):
         self.puts += 1
-        return ray.put(value)
+        started = time.perf_counter()
+        try:
+            return ray.put(value)
+        finally:
+            self.put_s += time.perf_counter() - started
 
     def _box(self, context: TuneContext) -> list:
         """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
@@ -470,59 +409,59 @@ class RayExecutor(Executor):
                     return slot
         return next((s for s in slots if not s.busy), slots[0])
 
-    def _call(self, slot: Slot, ref, what: str):
-        """Wait for one actor call under task_timeout_s; a dead or stuck actor is replaced and raises."""
-        started, called = None, time.monotonic()
+    def _call(self, slot: Slot, method: str, args: tuple, what: str):
+        """One actor call under task_timeout_s (the task runner's); a dead or stuck actor is replaced and
+        this raises BuildError."""
+        runner = TaskRunner(self.pool)
+        was_busy, generation = slot.busy, slot.generation   # whoever holds the slot keeps it
         try:
-            while True:
-                done, _ = ray.wait([ref], timeout=1.0)
-                if done:
-                    return ray.get(ref)
-                now = time.monotonic()
-                if started is None and slot.ready():
-                    started = now
-                if now - (started or called + self.task_timeout_s) > self.task_timeout_s:   # startup grace too
-                    self.pool.replace(slot, f"{what} timed out")
-                    raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
-        except _DEATH as exc:
-            self.pool.replace(slot, f"{what}: worker died")
-            raise BuildError(f"the worker died during {what} ({_short(exc)}); log: {slot.log_path}") from exc
-        except ray.exceptions.RayError as exc:
-            raise BuildError(f"{what} failed: {_short(getattr(exc, 'cause', None) or exc, 2000)}") from exc
+            task = runner.call(slot, method, args, self.task_timeout_s)
         except KeyboardInterrupt:
-            self.pool.replace(slot, f"{what} interrupted", failure=False)
+            runner.cancel(f"{what} interrupted")
             raise
+        finally:
+            if slot.generation == generation and slot.alive:
+                slot.busy = was_busy
+        if task.timed_out:
+            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
+        if task.failure is not None and task.failure.worker_lost:
+            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
+                from task.failure.cause
+        if task.failure is not None:
+            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
+        return task.out
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
-              elapsed_s: float) -> None:
+              elapsed_s: float, task: str = "build") -> None:
         self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
-        record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
-                  "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
-                  "elapsed_s": round(elapsed_s, 3)}
-        progress_logger.info("%s %s [%s] %s %s on %s %s after %.1fs", record["module"], record["backend"],
-                             record["key"], event, status, record["node"], record["gpu"], elapsed_s)
-        if self.progress is not None:
-            try:
-                self.progress(record)
-            except Exception:
-                logger.exception("the progress callback raised")
+        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s)
 
-    def _done(self, context: TuneContext, task: _Task, result: BuildResult) -> None:
-        where = {"node": result.node, "gpu": result.gpu} if result.node else task.slot.identity()
-        self._emit(context, task.job, "done", result.status, where, time.monotonic() - task.dispatched)
+    @staticmethod
+    def driver() -> dict:
+        """Where the driver's own work (profiling for a kernel plan) runs, for progress events."""
+        return {"node": platform.node(), "gpu": "driver"}
+
+    def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+        where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
+        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched)
 
     # ----- Executor -----------------------------------------------------------------------------
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any."""
         kept = self._baseline_slots.pop(context.name, None)
         slot = kept if kept is not None and kept.alive else self._slot()
+        started, status = time.monotonic(), ERROR
+        self.emit(context, "measuring", task="baseline", where=slot.identity(), samples=len(context.samples),
+                  batch_sizes=context.samples.batch_sizes())
         try:
-            ref = slot.actor.baseline.remote(context.name, self._box(context), self._intent(context),
-                                             context.measure.to_dict())
-            data = self._call(slot, ref, f"eager baseline of {context.name}")
+            data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
+                                                 context.measure.to_dict()), f"eager baseline of {context.name}")
+            status = "ok"
         finally:
             if kept is not None:
                 kept.busy = False
+            self.emit(context, "done", task="baseline", status=status, where=slot.identity(),
+                      elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
@@ -541,30 +480,43 @@ class RayExecutor(Executor):
         identities = collections.Counter((r.node, r.gpu) for r in results)
         if not results:
             return None
-        payload = [{"key": r.key, "spec": r.spec, "state": r.state, "artifacts": self._outbound(context, r)}
-                   for r in results]
+        payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         prefer = {identities.most_common(1)[0][0]}
         for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
             slot = self._slot(prefer=prefer)
-            ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
-                                              self.remeasure_rounds)
+            started = time.monotonic()
+            self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
+                      finalists=[r.key for r in results])
             try:
-                out = self._call(slot, ref, f"re-measurement of {context.name}")
+                out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context),
+                                                     payload, self.remeasure_rounds),
+                                 f"re-measurement of {context.name}")
                 break
             except BuildError as exc:
+                self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
+                          elapsed_s=time.monotonic() - started)
+                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
                 # (the text, not the exception: a kept log record would keep its frames and their locals)
-                if attempt == 2 or not isinstance(exc.__cause__, _DEATH) or not self.pool.alive():
+                if attempt == 2 or not lost or not self.pool.alive():
                     logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
                     return None
                 logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
                 prefer = None
-        for key, error in out["errors"].items():
-            logger.warning("[%s] %s was not re-measured: %s", context.name, key, error)
-        for r in results:
-            r.remeasured = {int(bs): t for bs, t in out["results"].get(r.key, {}).items()}
+        self.emit(context, "done", task="remeasure", status="ok", where=slot.identity(),
+                  elapsed_s=time.monotonic() - started)
+        eager = remeasured_eager(results, out)
         logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
                     len(out["results"]), len(identities), out["node"], out["gpu"])
-        return {int(bs): Timing.from_dict(t) for bs, t in out["eager"].items()}
+        return eager
+
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        """Tell the actor that built result to drop it (queued behind whatever that actor runs now)."""
+        if self.pool is None:
+            return
+        for slot in self.pool.alive():
+            info = slot.identity()
+            if (info.get("node"), info.get("gpu")) == (result.node, result.gpu):
+                slot.actor.release.remote(context.name, result.key)
 
     def _outbound(self, context: TuneContext, result: BuildResult) -> dict:
         """A result's artifacts as a worker can read them: files this driver wrote travel as bytes."""

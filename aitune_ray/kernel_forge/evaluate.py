@@ -19,7 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from aitune_ray.candidate import gpu_identity, is_oom
+from aitune_ray.device import gpu_identity
+from aitune_ray.failures import is_oom
 from aitune_ray.kernel_forge.function_samples import (
     FunctionData, FunctionSample, as_function_data, benchmark_mix, device_of, fresh_copy)
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import (

@@ -40,9 +40,27 @@ class MaxThroughputStrategy(TuneStrategy):
         by_key = {b.key(): b.cost_hint() for b in self.backends}
         return sorted(super().jobs(), key=lambda job: (-by_key[job.key], job.priority))
 
+    def _release_out_of_reach(self, context, executor, report, released: set[str]) -> None:
+        """Builds slower than the best so far by more than remeasure_margin are not in the first group of
+        finalists (the best only gets faster): their memory goes back now instead of at the decision. Should
+        a later group be re-timed after all, the executor restores them from their artifacts or recipes."""
+        if self.dispatch_by_batch_size:   # then every candidate is re-timed side by side
+            return
+        mix = report.call_mix
+        times = {r.key: mix_time(r.timing, mix) for r in report.results if r.ok}
+        if not times:
+            return
+        best = min(times.values())
+        for r in report.results:
+            if r.key in times and r.key not in released and times[r.key] > best * (1 + self.remeasure_margin):
+                released.add(r.key)
+                executor.release(context, r)
+
     def _decide(self, context, executor, handle, baseline, report) -> None:
+        released: set[str] = set()
         for result in handle:
             report.results.append(result)
+            self._release_out_of_reach(context, executor, report, released)
         ok = [r for r in report.results if r.ok]
         if not ok:
             report.decision = "kept eager: no backend built correctly (" + "; ".join(

@@ -23,9 +23,8 @@ class OneBackendStrategy(TuneStrategy):
             raise CorrectnessError(f"{context.name}: {result.backend} is not correct: {result.error}")
         if not result.ok:
             report.decision = f"{result.backend} failed ({result.status}): {result.error}"
-            original = getattr(result, "exception", None)
-            if original is not None:
-                raise original
+            if result.exception is not None:   # the backend's own error, from either executor
+                raise result.exception
             raise BuildError(f"{context.name}: {result.backend} {result.status}: {result.error}")
         outcome = self._judge(context, executor, [result], baseline, report)[result.key]
         if outcome.passed:

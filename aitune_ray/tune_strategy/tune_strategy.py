@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from typing import Iterable
 
 from aitune_ray.backend.backend import Backend
-from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
+from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError
 from aitune_ray.measure.timing import MeasureConfig, Timing, merge_timings
 from aitune_ray.results import BuildResult, CandidateJob

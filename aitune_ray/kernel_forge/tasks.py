@@ -1,9 +1,10 @@
-"""The kernel forge's work on a tuner actor: provider benchmarks, generator runs, the original function's
-timing and interleaved re-measures, on the function samples the driver put in the object store once.
+"""The kernel forge's tasks on a worker: provider benchmarks, generator runs, the original function's
+timing and interleaved re-measures, on one function's recorded samples.
 
-A function's samples arrive as a box ([ObjectRef] of CPU FunctionData); each actor fetches a box once,
-moves it to its device and computes the original function's reference outputs there, so candidates are
-checked on the device they run on. Every record returned is a plain dict naming this actor's GPU and node.
+A function's samples are named by a token and fetched once (fetch(): CPU FunctionData; on a Ray actor
+from the object store), moved to the worker's device, and the original function's reference outputs are
+computed there, so candidates are checked on the device they run on. Every record returned is a plain
+dict naming this worker's GPU and node. No Ray here.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import ray
 import torch
 import torch.nn.functional as F
 
@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 CACHED_FUNCTIONS = 8
 
 
-class ForgeWork:
-    """identity: the actor's identity() (its "gpu" and "node" stamp every record)."""
+class ForgeTasks:
+    """identity: the worker's identity (its "gpu" and "node" stamp every record)."""
 
     def __init__(self, identity: dict):
         self.identity = identity
@@ -36,30 +36,32 @@ class ForgeWork:
     def clear(self) -> None:
         self._cache.clear()
 
-    def _entry(self, box: list, device: torch.device) -> list:
-        ref = box[0]
-        token = (ref.hex() if hasattr(ref, "hex") else id(ref), str(device))
+    def _entry(self, box: tuple, device: torch.device) -> list:
+        name, fetch = box
+        token = (name, str(device))
         entry = self._cache.get(token)
         if entry is None:
-            data = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
+            data = fetch()
             moved = [(int(count), FunctionSample(*move((tuple(s[0]), dict(s[1])), device))) for count, s in data]
             if len(self._cache) >= CACHED_FUNCTIONS:
                 self._cache.clear()
             entry = self._cache[token] = [moved, None]
         return entry
 
-    def _data(self, box: list, device: torch.device, function: str | None = None) -> tuple[FunctionData, list]:
+    def _data(self, box: tuple, device: torch.device, function: str | None = None) -> tuple[FunctionData, list]:
+        """box: (token, fetch) of one function's samples."""
         entry = self._entry(box, device)
         if function is not None and entry[1] is None:
             entry[1] = reference_outputs(function, [s for _, s in entry[0]])
         return entry[0], entry[1]
 
     def _stamp(self, record) -> dict:
-        record.gpu, record.node = self.identity.get("gpu", ""), self.identity.get("node", "")
+        record.gpu = self.identity.get("gpu") or record.gpu
+        record.node = self.identity.get("node") or record.node
         return record.to_dict()
 
     # ----- work --------------------------------------------------------------------------------
-    def benchmark(self, box: list, device: torch.device, function: str, provider: dict, tolerance: float | None,
+    def benchmark(self, box: tuple, device: torch.device, function: str, provider: dict, tolerance: float | None,
                   measure: dict, source: str) -> dict:
         data, references = self._data(box, device, function)
         record = benchmark_provider(function, provider, data, references=references, tolerance=tolerance,
@@ -68,18 +70,18 @@ class ForgeWork:
                     record.status, record.error)
         return self._stamp(record)
 
-    def generate(self, box: list, device: torch.device, function: str, generator: dict,
-                 timeout: float | None) -> dict:
+    def generate(self, box: tuple, device: torch.device, function: str, generator: dict,
+                 timeout: float | None = None) -> dict:
         data, _ = self._data(box, device)
         outcome = run_generator(function, generator, data, timeout=timeout)
         logger.info("forge: %s for %s: %s %s", outcome.generator, function, outcome.status, outcome.error)
         return outcome.to_dict()
 
-    def original(self, box: list, device: torch.device, function: str, measure: dict) -> dict:
+    def original(self, box: tuple, device: torch.device, function: str, measure: dict) -> dict:
         data, _ = self._data(box, device)
         return self._stamp(benchmark_original(function, data, measure_config=MeasureConfig.from_dict(measure)))
 
-    def interleaved(self, box: list, device: torch.device, function: str, providers: list[dict],
+    def interleaved(self, box: tuple, device: torch.device, function: str, providers: list[dict],
                     rounds: int) -> dict:
         """The original and each provider (its prepared to_dict()) timed in turn, A B C A B C ..., over the
         function's call mix. Returns the original's and each provider's (by index) Timing dicts."""

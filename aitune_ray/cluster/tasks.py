@@ -1,0 +1,129 @@
+"""The one task runner: actor calls in flight, their timeouts, and what became of each.
+
+Builds (ray_executor), the kernel forge's tasks (forge_tasks) and single calls (the eager baseline, the
+re-measure) all run through a TaskRunner: the caller picks a slot and starts a call; wait() returns the
+tasks that ended, each with its output, or its failure (failures.classify: the worker died, ran out of
+memory, or the call raised), or marked timed out. A task whose worker is gone, or that ran past its
+limit, has its actor replaced here (a timeout counts as a failure unless the task says otherwise).
+
+A task's limit counts from when its actor was up (a fresh actor's start-up is not the task's time; until
+then it has one more limit of grace), or from its dispatch (from_dispatch: generators, whose
+generation_timeout counts from their submission).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import ray
+
+from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.failures import Failure, classify
+
+
+@dataclasses.dataclass(eq=False)
+class Task:
+    slot: Slot
+    ref: Any
+    limit_s: float
+    payload: Any = None                  # the caller's own (a job, a forge Work)
+    from_dispatch: bool = False
+    failure_on_timeout: bool = True
+    dispatched: float = dataclasses.field(default_factory=time.monotonic)
+    started: float | None = None         # when the actor was up
+    where: dict = dataclasses.field(default_factory=dict)   # the slot's identity (kept: a replaced slot forgets)
+    log_path: str = ""
+    out: Any = None
+    failure: Failure | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and not self.timed_out
+
+    def deadline(self, now: float) -> float:
+        if self.from_dispatch:
+            return self.dispatched + self.limit_s
+        if self.started is None and self.slot.ready():
+            self.started = now
+        return (self.started if self.started is not None else self.dispatched + self.limit_s) + self.limit_s
+
+
+class TaskRunner:
+    def __init__(self, pool: ActorPool):
+        self.pool = pool
+        self.inflight: dict[Any, Task] = {}
+
+    def start(self, slot: Slot, method: str, args: tuple, limit_s: float, *, payload: Any = None,
+              from_dispatch: bool = False, failure_on_timeout: bool = True) -> Task:
+        """Call slot's actor (slot is busy until the task ends)."""
+        ref = getattr(slot.actor, method).remote(*args)
+        slot.busy = True
+        task = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, where=slot.identity(),
+                    log_path=slot.log_path)
+        self.inflight[ref] = task
+        return task
+
+    def poll_s(self, cap: float = 1.0) -> float:
+        """How long wait() may block before a deadline passes (at most cap)."""
+        now = time.monotonic()
+        return max(0.01, min([cap] + [t.deadline(now) - now for t in self.inflight.values()]))
+
+    def wait(self, timeout: float | None = None) -> list[Task]:
+        """The tasks that ended within timeout (default: until the next deadline), in completion order, then
+        those that ran past their limit."""
+        if not self.inflight:
+            return []
+        refs = list(self.inflight)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=self.poll_s() if timeout is None else timeout)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ended = [self._collect(ref) for ref in ready]
+        return ended + self._expire()
+
+    def call(self, slot: Slot, method: str, args: tuple, limit_s: float) -> Task:
+        """One call, waited for (its actor is replaced when it dies or runs past limit_s)."""
+        task = self.start(slot, method, args, limit_s)
+        while True:
+            for ended in self.wait():
+                if ended is task:
+                    return task
+
+    def cancel(self, reason: str) -> list[Task]:
+        """Stop every task in flight: their actors are killed and replaced (not counted as failures)."""
+        stopped = list(self.inflight.values())
+        self.inflight.clear()
+        for task in stopped:
+            self.pool.replace(task.slot, reason, failure=False)
+        return stopped
+
+    def _collect(self, ref) -> Task:
+        task = self.inflight.pop(ref)
+        task.seconds = time.monotonic() - task.dispatched
+        task.where = task.slot.identity() or task.where
+        try:
+            task.out = ray.get(ref)
+        except ray.exceptions.RayError as exc:   # the worker died, or the actor method itself raised
+            task.failure = classify(exc)
+        if task.failure is not None and task.failure.worker_lost:
+            self.pool.replace(task.slot, f"{describe(task)}: {task.failure.status}")
+        else:
+            task.slot.busy = False
+        return task
+
+    def _expire(self) -> list[Task]:
+        now = time.monotonic()
+        expired = [(ref, t) for ref, t in self.inflight.items() if now >= t.deadline(now)]
+        for ref, task in expired:
+            del self.inflight[ref]
+            task.timed_out, task.seconds = True, now - task.dispatched
+            self.pool.replace(task.slot, f"{describe(task)}: timed out", failure=task.failure_on_timeout)
+        return [t for _, t in expired]
+
+
+def describe(task: Task) -> str:
+    payload = task.payload
+    return str(getattr(payload, "key", None) or getattr(payload, "label", None) or "a task")

@@ -1,0 +1,103 @@
+"""One rule for what a failure was: the status a raised exception (or a lost worker) gives a task.
+
+Ray's exceptions are recognized by their class names and module, so this file imports no Ray: a worker
+that dies, is killed or runs out of memory raises one of those on the driver, and an exception raised
+inside a task arrives wrapped, with the task's own exception as its ``cause``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM
+
+#: Ray exceptions that mean the worker process is gone (its actor must be replaced).
+WORKER_LOST = frozenset({"RayActorError", "ActorDiedError", "WorkerCrashedError", "OutOfMemoryError",
+                         "NodeDiedError", "ActorUnschedulableError", "ActorUnavailableError",
+                         "LocalRayletDiedError"})
+#: Words of a message that says memory ran out (Ray's memory monitor names itself; the generic "worker
+#: died" text only lists the OOM killer among possible causes, which is not evidence).
+OOM_WORDS = ("out of memory", "memory monitor", "low on memory", "outofmemory")
+
+
+def _from_ray(exc: BaseException, names: frozenset | set) -> bool:
+    return any(cls.__module__.startswith("ray") and cls.__name__ in names for cls in type(exc).__mro__)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when exc says that memory ran out: on the GPU, on the host, or Ray's memory monitor."""
+    import torch
+
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or _from_ray(exc, {"OutOfMemoryError"}):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in OOM_WORDS)
+
+
+def short(text, limit: int = 400) -> str:
+    """One line of at most limit characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+@dataclasses.dataclass
+class Failure:
+    """status: a results status. worker_lost: the process that ran the task is gone (replace it).
+    cause: the task's own exception (unwrapped from Ray's). error: a one-line description."""
+
+    status: str
+    worker_lost: bool
+    cause: BaseException
+    error: str
+
+    @property
+    def error_type(self) -> str:
+        return type(self.cause).__name__
+
+
+def classify(exc: BaseException) -> Failure:
+    """The one mapping from an exception (the task's own, or Ray's about the task) to a status."""
+    if _from_ray(exc, WORKER_LOST):
+        status = OOM if is_oom(exc) else CRASHED
+        what = "ran out of memory" if status == OOM else "died"
+        return Failure(status, True, exc, f"the worker process {what} ({short(exc)})")
+    if _from_ray(exc, {"TaskCancelledError"}):
+        return Failure(CANCELLED, False, exc, short(exc))
+    cause = getattr(exc, "cause", None) if _from_ray(exc, {"RayError"}) else None
+    cause = cause if isinstance(cause, BaseException) else exc
+    status = OOM if is_oom(cause) else ERROR
+    return Failure(status, False, cause, f"{type(cause).__name__}: {short(cause, 2000)}")
+
+
+def log_hint(path: str) -> str:
+    """The fatal line a dying worker left in its log, when the log is readable from here."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    fatal = [line for line in lines if "Fatal Python error" in line]
+    return fatal[-1].strip() if fatal else ""
+
+
+def pack_exception(exc: BaseException | None) -> bytes | None:
+    """A worker's exception as bytes for the driver (None when it cannot be pickled): the driver then
+    raises what an in-process build would have raised."""
+    if exc is None:
+        return None
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - a local class or an unpicklable argument: the text still travels
+        return None
+
+
+def revive_exception(blob: bytes | None) -> BaseException | None:
+    """The exception pack_exception packed, or None when this process cannot recreate it."""
+    if not blob:
+        return None
+    try:
+        exc = pickle.loads(blob)
+    except Exception:  # noqa: BLE001 - its class does not exist here
+        return None
+    return exc if isinstance(exc, BaseException) else None

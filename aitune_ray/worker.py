@@ -1,0 +1,309 @@
+"""The worker core: what one device does for the tuner, without Ray.
+
+A Worker holds, per module, its eager module and recorded samples on this worker's device, and the
+backends built here. It builds, checks and profiles candidates (candidate.run_candidate), times eager,
+re-measures finalists side by side (A B A B ...) and runs the kernel forge's tasks. InlineExecutor calls
+it directly in the driver; each Ray TunerActor (actors/tuner.py) is a thin shell around one.
+
+Only builds that can still be finalists are kept (keep_built=False releases each build once its result is
+recorded: its memory, and the device's cached blocks, go back at once); a finalist that was released, or
+built elsewhere, is restored for re-measurement from its spec, exported state and artifacts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+import aitune_ray.artifacts as artifacts
+from aitune_ray.backend.backend import Backend
+from aitune_ray.candidate import run_candidate
+from aitune_ray.kernel_forge.tasks import ForgeTasks
+from aitune_ray.measure.timing import MeasureConfig, Timing, profile_samples, profile_side_by_side
+from aitune_ray.results import ERROR, BuildResult, CandidateJob
+
+logger = logging.getLogger(__name__)
+
+
+def plain_name(name: str) -> str:
+    """A module name as a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "module"
+
+
+def device_for(intent: str) -> torch.device:
+    """The driver says cpu or cuda; a worker uses its own current GPU when it has CUDA."""
+    if intent == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def expose_main_globals(module: torch.nn.Module) -> list[str]:
+    """Make the globals of classes defined in the driver's __main__ visible in this process's __main__.
+
+    Such classes arrive pickled by value, each function with a globals dict of its own named "__main__".
+    When Dynamo inlines one of their methods (a submodule's forward, called from a compiled parent's), it
+    resolves that method's globals by importing "__main__", which in a worker process is the worker's own
+    script, and fails ("module '__main__' has no attribute 'F'"). Names __main__ already has are left
+    alone. Returns the names added."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        return []
+    added = []
+    for cls in {type(m) for m in module.modules()}:
+        if cls.__module__ != "__main__":
+            continue
+        for value in vars(cls).values():
+            func = getattr(value, "__func__", value)
+            for name, obj in (getattr(func, "__globals__", None) or {}).items():
+                if not name.startswith("__") and not hasattr(main, name):
+                    setattr(main, name, obj)
+                    added.append(name)
+    if added:
+        logger.info("classes from the driver's __main__: their globals %s are now visible in this process's "
+                    "__main__ (for Dynamo)", sorted(added))
+    return added
+
+
+def warm_up(compile_threads: int) -> dict:
+    """Pay the one-time CUDA costs before the first task (CUDA context, Inductor's compile workers, Triton,
+    TorchAO's import) and give this process compile_threads CPU threads. Returns each part's seconds."""
+    import torch._inductor.config as inductor_config
+
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    inductor_config.compile_threads = compile_threads
+    torch.set_num_threads(compile_threads)
+    try:
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        seconds["cuda_context_s"] = time.perf_counter() - started
+        mark = time.perf_counter()
+        compiled = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
+        compiled(torch.randn(64, 64, device="cuda"))
+        torch.cuda.synchronize()
+        seconds["first_compile_s"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        if importlib.util.find_spec("torchao") is not None:
+            importlib.import_module("torchao.quantization")
+        seconds["torchao_import_s"] = time.perf_counter() - mark
+    except Exception as exc:  # a warm-up failure is only a lost head start
+        logger.warning("warm-up failed: %s", exc)
+    seconds["warm_up_s"] = time.perf_counter() - started
+    seconds["compile_threads"], seconds["torch_threads"] = inductor_config.compile_threads, torch.get_num_threads()
+    logger.info("warm-up took %.1f s (compile threads %d): %s", seconds["warm_up_s"], compile_threads, seconds)
+    return seconds
+
+
+class Worker:
+    """identity: {"node", "gpu"} stamped on every result. workdir: where builds write their files.
+    keep_built: keep every successful build alive (else each is released once its result is recorded)."""
+
+    def __init__(self, workdir: Path, identity: dict | None = None, log_path: str = "", keep_built: bool = True):
+        self.workdir = Path(workdir)
+        self.identity = dict(identity or {})
+        self.log_path = log_path
+        self.keep_built = keep_built
+        self.forge = ForgeTasks(self.identity)
+        self.loads = 0
+        self.baselines = 0
+        self.peak_memory_bytes = 0
+        self._modules: dict[str, tuple[Any, torch.nn.Module, Any, torch.device]] = {}
+        self._built: dict[tuple[str, str], Backend] = {}
+        self._workdirs: dict[str, Path | None] = {}
+
+    # ----- modules ------------------------------------------------------------------------------
+    def load(self, name: str, token: Any, fetch: Callable[[], tuple], device: torch.device,
+             workdir: Path | None = None, as_is: bool = False) -> tuple:
+        """(module, samples, device) of name here; fetch() -> (module, samples) runs once per token.
+        workdir: where this module's builds go (None: a folder of this worker's, removed by discard).
+        as_is: the module and samples are already on device and are used unchanged (the caller's own)."""
+        cached = self._modules.get(name)
+        if cached is not None and cached[0] == token:
+            return cached[1], cached[2], cached[3]
+        self.discard(name)
+        module, samples = fetch()
+        if not as_is:
+            expose_main_globals(module)
+            module = module.to(device).eval()
+            samples = samples.to(device)
+        self.loads += 1
+        self._modules[name] = (token, module, samples, device)
+        self._workdirs[name] = Path(workdir) if workdir is not None else None
+        logger.info("loaded module %s (%d samples) onto %s", name, len(samples), device)
+        return module, samples, device
+
+    def close(self) -> None:
+        """Forget every module and build here, and remove the work folder."""
+        for name in list(self._modules):
+            self.discard(name)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def discard(self, name: str) -> None:
+        """Forget the module and everything built for it here (and the kernel forge's samples)."""
+        self._modules.pop(name, None)
+        own = self._workdirs.pop(name, None) is None
+        self.forge.clear()
+        for key in [k for k in self._built if k[0] == name]:
+            self._release(key)
+        if own:
+            shutil.rmtree(self.workdir / plain_name(name), ignore_errors=True)
+        self._free()
+
+    def _workdir(self, name: str) -> Path:
+        return self._workdirs.get(name) or self.workdir / plain_name(name)
+
+    def built(self, name: str, key: str) -> Backend | None:
+        return self._built.get((name, key))
+
+    def take(self, name: str, finalist: dict) -> Backend:
+        """The active backend of finalist (restored when it is not built here), no longer held here: the
+        caller owns it (discard does not touch it)."""
+        backend = self.restore(name, finalist)
+        del self._built[(name, finalist["key"])]
+        return backend
+
+    def built_keys(self) -> list[str]:
+        return sorted(k for _, k in self._built)
+
+    # ----- work ---------------------------------------------------------------------------------
+    def baseline(self, name: str, measure: dict) -> dict[int, dict]:
+        module, samples, device = self._modules[name][1:]
+        logger.info("timing eager %s on %s", name, device)
+        self.baselines += 1
+        timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
+        self._note_memory(device)
+        return {bs: t.to_dict() for bs, t in timings.items()}
+
+    def run(self, name: str, job: CandidateJob, stage: Callable[[str], None] | None = None) -> BuildResult:
+        """Build, check and profile one candidate; keep the backend when it succeeded (and keep_built)."""
+        module, samples, device = self._modules[name][1:]
+        logger.info("candidate %s of %s on %s", job.key, name, device)
+        result, backend = run_candidate(job, module, samples, device, self._workdir(name),
+                                        self.log_path, stage=stage)
+        if self.identity:
+            result.node, result.gpu = self.identity.get("node", result.node), self.identity.get("gpu", result.gpu)
+        self._note_memory(device)
+        result.peak_memory_bytes = self.peak_memory_bytes
+        if backend is not None:
+            backend.deactivate()
+            self._built[(name, job.key)] = backend
+            if not self.keep_built:
+                self.release(name, job.key)
+        logger.info("candidate %s: %s %s", job.key, result.status, result.error)
+        return result
+
+    def pack(self, name: str, result: BuildResult, limit_bytes: int, artifact_dir: str | None) -> dict[str, Path]:
+        """Make result's artifacts travel (aitune_ray.artifacts.pack); returns the files too large for
+        both ways, for the caller to ship. A failure makes the result an error, and its build is dropped."""
+        if not result.ok:
+            return {}
+        try:
+            result.artifacts, large = artifacts.pack(result.artifacts, limit_bytes=limit_bytes,
+                                                     artifact_dir=artifact_dir,
+                                                     prefix=f"{plain_name(name)}/{result.key}")
+            return large
+        except Exception as exc:
+            logger.exception("artifact transfer of %s failed", result.key)
+            result.status, result.error_type = ERROR, type(exc).__name__
+            result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+            result.artifacts = {}
+            self.release(name, result.key)
+            return {}
+
+    def release(self, name: str, key: str) -> None:
+        """Drop one build (it is restored from its result when it is needed again)."""
+        if self._release((name, key)):
+            self._free()
+
+    def restore(self, name: str, finalist: dict) -> Backend:
+        """An active backend for finalist ({"key", "spec", "state", "artifacts"}): the one built here, else
+        one restored from its spec, state and artifacts (then kept)."""
+        module, _, device = self._modules[name][1:]
+        backend = self._built.get((name, finalist["key"]))
+        if backend is None:
+            where = self._workdir(name) / "restored" / finalist["key"]
+            files = artifacts.fetch(finalist.get("artifacts") or {}, where)
+            backend = Backend.from_spec(finalist["spec"])
+            backend.restore(module, finalist.get("state") or {}, files, device, where)
+            self._built[(name, finalist["key"])] = backend
+        backend.activate()
+        return backend
+
+    def remeasure(self, name: str, finalists: list[dict], rounds: int) -> dict:
+        """Time eager and every finalist in turn (A B A B ...) at each recorded batch size, here.
+        Returns {"eager", "results" (key -> timings), "errors" (key -> why not), "node", "gpu"}."""
+        module, samples, device = self._modules[name][1:]
+        backends: dict[str, Backend] = {}
+        errors: dict[str, str] = {}
+        for finalist in finalists:
+            try:
+                backends[finalist["key"]] = self.restore(name, finalist)
+            except Exception as exc:
+                logger.exception("cannot restore %s for re-measurement", finalist["key"])
+                errors[finalist["key"]] = f"{type(exc).__name__}: {exc}"
+        calls: dict[str, Any] = {"eager": module}
+        calls.update({key: backend.infer for key, backend in backends.items()})
+        try:
+            timed = profile_side_by_side(calls, samples, device, rounds)
+        finally:
+            for backend in backends.values():
+                backend.deactivate()
+        self._note_memory(device)
+        eager = {bs: t.to_dict() for bs, t in timed.pop("eager").items()}
+        timed = {key: {bs: t.to_dict() for bs, t in per.items()} for key, per in timed.items()}
+        logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self.identity.get("gpu", device))
+        return {"eager": eager, "results": timed, "errors": errors, "node": self.identity.get("node", ""),
+                "gpu": self.identity.get("gpu", "")}
+
+    # ----- memory -------------------------------------------------------------------------------
+    def _release(self, key: tuple[str, str]) -> bool:
+        backend = self._built.pop(key, None)
+        if backend is None:
+            return False
+        backend.deactivate()
+        del backend
+        return True
+
+    @staticmethod
+    def _free() -> None:
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _note_memory(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            self.peak_memory_bytes = max(self.peak_memory_bytes, torch.cuda.max_memory_allocated(device))
+
+    def stats(self) -> dict:
+        """Counters, cached modules, held builds, peak device memory and this process's peak RSS."""
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "modules": sorted(self._modules),
+                "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}
+
+
+def remeasured_eager(results: list[BuildResult], out: dict) -> dict[int, Timing]:
+    """Fill each result's remeasured timings from a worker's remeasure() output; the re-timed eager."""
+    for key, error in out["errors"].items():
+        logger.warning("%s was not re-measured: %s", key, error)
+    for r in results:
+        r.remeasured = {int(bs): t for bs, t in out["results"].get(r.key, {}).items()}
+    return {int(bs): Timing.from_dict(t) for bs, t in out["eager"].items()}
+
+
+def finalist(result: BuildResult) -> dict:
+    """What a worker needs to restore a result's backend: key, spec, exported state, artifacts."""
+    return {"key": result.key, "spec": result.spec, "state": result.state, "artifacts": result.artifacts}

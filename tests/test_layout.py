@@ -1,0 +1,119 @@
+"""The tree's shape, read from the source with ast: no import cycles, and Ray only where Ray belongs."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("aitune_ray", "actors")
+
+
+def _files() -> dict[str, Path]:
+    files = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            files[name.removesuffix(".__init__")] = path
+    return files
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every name imported anywhere in the file (module level and inside functions), made absolute."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = _files()
+
+    def owner(target: str) -> str | None:
+        while target and target not in files:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph = {}
+    for name, path in files.items():
+        ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        graph[name] = {o for t in _imports(name, path) if (o := owner(t)) and o != name and o not in ancestors}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one file (Tarjan, iterative)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter[0]
+                counter[0] += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def test_no_import_cycles_among_the_files_of_aitune_ray_and_actors():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_only_the_cluster_package_and_the_actors_import_ray():
+    files = _files()
+    importers = sorted(name for name, path in files.items()
+                       if any(t == "ray" or t.startswith("ray.") for t in _imports(name, path)))
+    assert importers, "the search found no Ray import at all"
+    assert [n for n in importers if not n.startswith(("aitune_ray.cluster", "actors"))] == []
+
+
+def test_a_backend_class_declares_what_it_is_and_a_wrong_declaration_fails_at_once():
+    import pytest
+
+    from aitune_ray.backend import Backend, ONNXRuntimeBackend, TorchAOBackend
+    from aitune_ray.checkpoint.format import package_versions
+    from aitune_ray.imports import class_path
+
+    for name, value in (("is_jit", "yes"), ("libraries", "onnxruntime"), ("build_cost", 0),
+                        ("default_tolerance", -1.0), ("config_class", dict)):
+        with pytest.raises(TypeError, match=name):
+            type("Wrong", (Backend,), {name: value, "_build": None, "_infer": None})
+    assert ONNXRuntimeBackend.libraries == ("onnxruntime", "onnx") and TorchAOBackend.libraries == ("torchao",)
+    recorded = package_versions([class_path(ONNXRuntimeBackend)])
+    assert "onnxruntime" in recorded and "torchao" not in recorded
