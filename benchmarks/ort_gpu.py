@@ -6,8 +6,9 @@ synchronize, wall clock.
 
 Variants: eager; inductor (torch.compile default); inductor-ro (reduce-overhead: CUDA graphs); ort
 (ONNXRuntimeBackend, CUDA EP, IO binding); ort-graphs (the same with use_cuda_graphs); ort-opt and
-ort-opt-graphs (with ONNX Runtime's transformer optimizer; BERT only unless --opt-all). The ONNX model is
-exported once per model; each ORT variant opens its own session on it.
+ort-opt-graphs (with ONNX Runtime's transformer optimizer, model type bert or vit: fused attention,
+LayerNorm, GELU). The ONNX model is exported once per model, and once more for the optimizer's variants;
+each ORT variant opens its own session.
 
 Per model and batch size, each round times every variant once in a shuffled order: a burst of calls back
 to back, then one synchronize. The table gives the median over rounds of ms per call, the median of the
@@ -19,6 +20,7 @@ Results go to OUT/ort_gpu.md and OUT/ort_gpu.json, rewritten after each model.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import random
@@ -106,7 +108,8 @@ def burst(fn, args, kwargs, calls: int, device: torch.device) -> tuple[float, fl
     return (done - started) / calls * 1e3, (issued - started) / calls * 1e3
 
 
-def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, device, workdir: Path):
+def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, device, workdir: Path,
+                   use_dynamo: bool = True):
     """({variant: callable}, {variant: error}, {variant: build seconds}); a failed build is reported, not fatal."""
     built, errors, seconds = {}, {}, {}
     samples = SampleStore([Sample(a, k, model(*a, **k), batch_size_of(a, k)) for a, k in calls.values()])
@@ -148,12 +151,11 @@ def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, 
     def ort(optimize: bool, graphs: bool):
         key = "opt" if optimize else "plain"
         if key not in base:
-            config = ONNXRuntimeBackendConfig(transformer_optimizer=opt_type if optimize else None)
+            config = ONNXRuntimeBackendConfig(use_dynamo=use_dynamo, transformer_optimizer=opt_type if optimize else None)
             base[key] = ONNXRuntimeBackend(config).build(model, samples, device, workdir / key)
         if not graphs:
             return base[key]
-        config = ONNXRuntimeBackendConfig(transformer_optimizer=base[key].config.transformer_optimizer,
-                                          use_cuda_graphs=True)
+        config = dataclasses.replace(base[key].config, use_cuda_graphs=True)
         state, artifacts = base[key].export()
         backend = ONNXRuntimeBackend(config).restore(model, state, artifacts, device, workdir / f"{key}-graphs")
         backend.activate()
@@ -222,7 +224,7 @@ def main() -> int:
     parser.add_argument("--dtype", default=None, help="default: float16 on a GPU, float32 on a CPU")
     parser.add_argument("--batch-sizes", default="8,32")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--opt-all", action="store_true", help="transformer optimizer variants for ViT too")
+    parser.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--burst-ms", type=float, default=60.0, help="about how long one burst runs")
     parser.add_argument("--out", default="ort-gpu-results")
@@ -246,9 +248,9 @@ def main() -> int:
     for name in [m for m in args.models.split(",") if m]:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
         model, opt_type, calls = make(name, args.size, device, dtype, batch_sizes)
-        opt = opt_type if (name == "bert" or args.opt_all) else None
         with torch.no_grad(), tempfile.TemporaryDirectory() as workdir:
-            variants, errors, build_s = build_variants(wanted, model, opt, calls, device, Path(workdir))
+            variants, errors, build_s = build_variants(wanted, model, opt_type, calls, device, Path(workdir),
+                                                       use_dynamo=args.exporter == "dynamo")
             rows = measure(variants, calls, device, args.rounds, args.burst_ms)
         results["models"][name] = {"dtype": str(dtype), "device": str(device), "rows": rows, "errors": errors,
                                    "build_s": build_s}

@@ -81,10 +81,13 @@ def test_other_config_errors():
 
 def test_session_providers_for_cuda_graphs_on_a_stream(tmp_path):
     names, options = session_providers(ONNXExecutionProvider.CUDA, {"CUDAExecutionProvider": {"use_tf32": False}},
-                                       1, 12345, True, tmp_path)
+                                       1, 12345, True, tmp_path, tf32=True)
     assert names == ["CUDAExecutionProvider"]
     assert options == [{"device_id": "1", "user_compute_stream": "12345", "has_user_compute_stream": "1",
                         "enable_cuda_graph": "1", "use_tf32": "0"}]
+    # without use_tf32 in the options, the backend's (torch's matmul setting) holds
+    _, (cuda,) = session_providers(ONNXExecutionProvider.CUDA, {}, 0, None, False, tmp_path, tf32=True)
+    assert cuda == {"device_id": "0", "use_tf32": "1"}
 
 
 def test_session_providers_for_tensorrt_keep_caches_under_the_artifacts(tmp_path):
@@ -96,7 +99,7 @@ def test_session_providers_for_tensorrt_keep_caches_under_the_artifacts(tmp_path
     assert trt == {"device_id": "0", "trt_engine_cache_enable": "1", "trt_timing_cache_enable": "0",
                    "trt_engine_cache_path": str(tmp_path / "trt_cache"),
                    "trt_timing_cache_path": str(tmp_path / "trt_cache"), "trt_fp16_enable": "1"}
-    assert (tmp_path / "trt_cache").is_dir() and cuda == {"device_id": "0"}
+    assert (tmp_path / "trt_cache").is_dir() and cuda == {"device_id": "0", "use_tf32": "0"}
 
 
 def test_graph_optimization_level_reaches_the_session(tmp_path):
@@ -133,6 +136,7 @@ def test_calls_bind_tensors_and_never_go_through_numpy(built, monkeypatch):
             torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
         # ONNX Runtime wrote straight into the torch tensor that was returned
         assert backend._bound._binding.get_outputs()[0].data_ptr() == out.data_ptr()
+    assert backend._bound.ordered_by == "none"                 # no streams on the CPU
 
 
 def test_outputs_of_one_call_survive_the_next(built):

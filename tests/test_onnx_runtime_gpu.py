@@ -65,6 +65,7 @@ def test_cuda_ep_matches_eager(dtype, tmp_path):
     model = block(dtype)
     backend = build(model, (4, 16), dtype, tmp_path)
     assert backend._session.get_providers()[0] == "CUDAExecutionProvider"
+    assert backend._bound.ordered_by == "events"           # ONNX Runtime took the backend's stream
     for bs in (4, 16, 9):
         x = torch.randn(bs, 64, WIDTH, device=CUDA, dtype=dtype)
         out = backend.infer(x)

@@ -120,9 +120,25 @@ class ONNXRuntimeBackend(Backend):
         ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
         provider = self._check_provider(device)
         stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
+        try:
+            session = self._session_on(ort, provider, device, stream)
+        except BuildError as first:
+            if stream is None:
+                raise
+            # a session that cannot take the caller's stream still runs, ordered by host synchronizations
+            logger.warning("ONNX Runtime did not take a compute stream (%s); runs synchronize on the host", first)
+            stream = None
+            session = self._session_on(ort, provider, device, None)
+        self._stream = stream
+        self._session = session
+        graph_sizes = (self._exported.batch_sizes or [1]) if self.config.use_cuda_graphs else None
+        dynamic = [n for n in self._exported.graph_inputs if n in self._exported.dynamic_axes]
+        self._bound = BoundSession(ort, session, device, stream, graph_sizes, dynamic)
+
+    def _session_on(self, ort, provider: ONNXExecutionProvider, device: torch.device, stream):
         providers, options = session_providers(
             provider, self.config.provider_options, device_index(device), stream.cuda_stream if stream else None,
-            self.config.use_cuda_graphs, self._exported.path.parent)
+            self.config.use_cuda_graphs, self._exported.path.parent, tf32=torch.backends.cuda.matmul.allow_tf32)
         try:
             # one options entry per provider, or ONNX Runtime rejects the list and retries with its own
             session = ort.InferenceSession(str(self._exported.path),
@@ -136,11 +152,7 @@ class ONNXRuntimeBackend(Backend):
         if provider.value not in session.get_providers():  # never fall back to the CPU silently
             raise BuildError(f"ONNX Runtime session did not take {provider.value} (it has "
                              f"{session.get_providers()})")
-        self._stream = stream
-        self._session = session
-        graph_sizes = (self._exported.batch_sizes or [1]) if self.config.use_cuda_graphs else None
-        dynamic = [n for n in self._exported.graph_inputs if n in self._exported.dynamic_axes]
-        self._bound = BoundSession(ort, session, device, stream, graph_sizes, dynamic)
+        return session
 
     def _capture(self, samples: SampleStore) -> None:
         """Capture each recorded batch size's graph now, so that a model ONNX Runtime cannot capture fails

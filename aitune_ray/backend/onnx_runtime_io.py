@@ -10,6 +10,8 @@
   caller's current stream before a run, and the caller's stream waits for it after, with CUDA events and
   no host synchronization (runs are asynchronous, like torch's). Outputs are complete for any later work
   on the caller's stream, and inputs are not touched by later work on it while the run still reads them.
+  Where a session cannot take a stream (``stream=None`` on a GPU), each run waits on the host for the
+  caller's stream first, and ONNX Runtime synchronizes its own stream before the run returns.
 - With CUDA graphs, each recorded batch size gets its own captured graph (``gpu_graph_id``): fixed input
   and output buffers bound once, inputs copied in, outputs copied out. Any other shape runs uncaptured
   (``gpu_graph_id=-1``).
@@ -70,6 +72,13 @@ class BoundSession:
         self._graph_sizes = None if graph_batch_sizes is None else set(graph_batch_sizes)
         self._dynamic = [i for i, a in enumerate(self.inputs) if a.name in dynamic_inputs]
         self._graphs: dict[tuple, _CapturedGraph] = {}
+
+    @property
+    def ordered_by(self) -> str:
+        """How runs are ordered with the caller's stream: "events", "host" (synchronizations) or "none" (CPU)."""
+        if self.device.type != "cuda":
+            return "none"
+        return "events" if self._stream is not None else "host"
 
     def _options(self, graph_id: str | None):
         options = self._ort.RunOptions()
@@ -133,6 +142,8 @@ class BoundSession:
     def _ordered(self, run):
         """run() on ONNX Runtime's stream after the work queued on the caller's, and before what follows."""
         if self._stream is None:
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()   # inputs complete; ORT syncs at the end
             return run()
         caller = torch.cuda.current_stream(self.device)
         self._stream.wait_stream(caller)

@@ -114,8 +114,12 @@ def _ort_value(value: Any) -> str:
 
 
 def session_providers(provider: ONNXExecutionProvider, options: dict[str, dict[str, Any]], device_index: int,
-                      stream: int | None, cuda_graphs: bool, artifact_dir: Path) -> tuple[list[str], list[dict]]:
-    """The providers list and one options dict per provider (ONNX Runtime needs one per entry)."""
+                      stream: int | None, cuda_graphs: bool, artifact_dir: Path,
+                      tf32: bool = False) -> tuple[list[str], list[dict]]:
+    """The providers list and one options dict per provider (ONNX Runtime needs one per entry).
+
+    tf32: the CUDA EP's use_tf32 unless the options set it (ONNX Runtime's default is on; the backend
+    passes torch's matmul setting, so that fp32 matches eager as closely as torch itself computes it)."""
     chain = [provider]
     if provider == ONNXExecutionProvider.TENSORRT:
         chain.append(ONNXExecutionProvider.CUDA)   # what TensorRT cannot take runs on CUDA, never the CPU
@@ -126,8 +130,10 @@ def session_providers(provider: ONNXExecutionProvider, options: dict[str, dict[s
             values["device_id"] = device_index
             if stream is not None:
                 values.update(user_compute_stream=stream, has_user_compute_stream=True)
-        if ep == ONNXExecutionProvider.CUDA and cuda_graphs and provider == ONNXExecutionProvider.CUDA:
-            values["enable_cuda_graph"] = True
+        if ep == ONNXExecutionProvider.CUDA:
+            values["use_tf32"] = tf32
+            if cuda_graphs and provider == ONNXExecutionProvider.CUDA:
+                values["enable_cuda_graph"] = True
         if ep == ONNXExecutionProvider.TENSORRT:
             cache = artifact_dir / TENSORRT_CACHE
             cache.mkdir(parents=True, exist_ok=True)
