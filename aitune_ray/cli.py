@@ -1,6 +1,12 @@
 """The aitune-ray command.
 
     aitune-ray tune JOB.yaml [--executor ray|inline] [--address ADDR] [--device DEV] [--output PATH] [--report PATH]
+    aitune-ray report RUN.json [--out PATH]      the Markdown, HTML and PNG report again, from a job's JSON
+    aitune-ray inspect CHECKPOINT.ait            what a checkpoint holds, its hashes verified, nothing imported
+    aitune-ray doctor [--address ADDR]           what this machine (or each node of a cluster) can run
+
+-q (errors only), -v / -vv (library info / debug logs) and --log-json (logs and progress as JSON lines) go
+after the command's name.
 
 Made for ``ray job submit --working-dir . -- aitune-ray tune JOB.yaml``. It prints progress and the
 summary table, writes the checkpoint and the report, then loads the checkpoint into a fresh model and
@@ -30,9 +36,12 @@ from aitune_ray.errors import AITuneRayError, ConfigError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB = 0, 1, 2
 
 _print_lock = threading.Lock()
+_quiet = False
 
 
 def say(text: str = "", error: bool = False) -> None:
+    if _quiet and not error:
+        return
     with _print_lock:
         print(text, file=sys.stderr if error else sys.stdout, flush=True)
 
@@ -44,8 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aitune-ray", description="Tune PyTorch modules for inference, "
                                      "building and profiling candidate backends in parallel on Ray.")
     parser.add_argument("--version", action="version", version=f"aitune-ray {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", help="print errors only")
+    common.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v: info, -vv: debug)")
+    common.add_argument("--log-json", action="store_true", help="logs (stderr) and progress (stdout) as JSON lines")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    tune = commands.add_parser("tune", help="run a tuning job file", description="Run a tuning job: record "
+    tune = commands.add_parser("tune", parents=[common], help="run a tuning job file", description="Run a tuning job: record "
                                "the data, tune the modules, write the checkpoint and the report, check the "
                                "checkpoint loads. Paths in the job file are relative to the current directory.")
     tune.add_argument("job", help="job file (YAML)")
@@ -55,8 +68,64 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides device)")
     tune.add_argument("--output", help="checkpoint path (overrides output)")
     tune.add_argument("--report", help="markdown report path, with a .json next to it (overrides report)")
-    tune.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v: info, -vv: debug)")
+    add_commands(commands, common)
     return parser
+
+
+def add_commands(commands, common) -> None:
+    """The commands besides tune: report, inspect, doctor."""
+    report = commands.add_parser("report", parents=[common], help="render a job's report again from its JSON",
+                                 description="Write the Markdown, HTML and PNG report of a job again from its "
+                                 "JSON report (RUN.json, written next to the Markdown report).")
+    report.add_argument("run", help="a job's JSON report")
+    report.add_argument("--out", help="a .md path or a folder (default: next to RUN.json)")
+    inspect = commands.add_parser("inspect", parents=[common], help="show what a checkpoint holds",
+                                  description="Print a checkpoint's modules, backends and configs, kernel plans, "
+                                  "signatures and versions, verifying every part's SHA-256. Loads no model and "
+                                  "imports nothing the checkpoint names.")
+    inspect.add_argument("checkpoint", help="a .ait file")
+    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
+    doctor = commands.add_parser("doctor", parents=[common], help="check what this machine or cluster can run",
+                                 description="One row per node: Python, torch, CUDA, GPUs, library versions, and "
+                                 "which backends and kernel providers can run there. Exit 0 when something can.")
+    doctor.add_argument("--address", help="a Ray cluster to check every node of (default: this machine only)")
+    doctor.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if args.command == "report":
+        from aitune_ray.report import render_run_file
+
+        try:
+            written = render_run_file(args.run, args.out)
+        except ConfigError as exc:
+            say(f"error: {exc}", error=True)
+            return EXIT_BAD_JOB
+        say("report: " + ", ".join(str(p) for p in written.values()))
+        return EXIT_OK
+    if args.command == "inspect":
+        from aitune_ray.inspect import inspect_command
+
+        return inspect_command(args, say)
+    if args.command == "doctor":
+        return doctor_command(args)
+    return tune_command(args)
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    from aitune_ray import doctor
+
+    if args.address:
+        try:
+            from aitune_ray.cluster.doctor import cluster_reports
+        except ImportError as exc:
+            say(f"error: checking a cluster needs Ray ({exc}); install 'aitune-ray[ray]'", error=True)
+            return doctor.EXIT_CANNOT_RUN
+        rows = cluster_reports(args.address)
+    else:
+        rows = [doctor.machine_report()]
+    say(json.dumps(rows, indent=2, default=str) if args.json else doctor.render(rows))
+    return doctor.exit_code(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,18 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_JOB
-    # Library logs go to stderr (warnings by default, -v for more); progress and results go to stdout.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    old_level = root.level
-    root.addHandler(handler)
-    root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG))
+    # Library logs go to stderr (warnings by default, -q fewer, -v more); progress and results go to stdout.
+    global _quiet
+    from aitune_ray.logs import LogSetup
+
+    _quiet = args.quiet
     try:
-        return tune_command(args)
+        with LogSetup(sys.stderr, args.verbose, args.quiet, args.log_json):
+            return run_command(args)
     finally:
-        root.removeHandler(handler)
-        root.setLevel(old_level)
+        _quiet = False
 
 
 def tune_command(args: argparse.Namespace) -> int:
@@ -93,7 +160,7 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     try:
-        return run_job(job, Path(args.job))
+        return run_job(job, Path(args.job), progress_view(args))
     except ConfigError as exc:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
@@ -122,13 +189,29 @@ def apply_overrides(job, args: argparse.Namespace) -> None:
 
 
 # ----- the run ---------------------------------------------------------------------------------------
-def run_job(job, job_path: Path) -> int:
+def progress_view(args: argparse.Namespace):
+    from aitune_ray.progress import ProgressView
+
+    return ProgressView(sys.stdout, json_lines=args.log_json, enabled=not args.quiet)
+
+
+def run_job(job, job_path: Path, view=None) -> int:
+    import contextlib
+
+    from aitune_ray.report import EventRecorder
+
+    recorder = EventRecorder(view)
+    with view if view is not None else contextlib.nullcontext():
+        return _run_job(job, job_path, recorder)
+
+
+def _run_job(job, job_path: Path, recorder) -> int:
     import torch
 
     import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
 
-    executor = make_executor(job)
+    executor = make_executor(job, recorder)
     started = time.perf_counter()
     check: dict[str, Any] = {}
     try:
@@ -156,7 +239,7 @@ def run_job(job, job_path: Path) -> int:
             + (f", {len(report.failures)} failed" if report.failures else ""))
         if not decided:
             say("error: no module could be tuned; no checkpoint written", error=True)
-            write_report(job, job_path, device, report, tuned_s, check)
+            write_report(job, job_path, device, report, tuned_s, check, recorder.events)
             return EXIT_FAILED
         output = Path(job.output)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +253,7 @@ def run_job(job, job_path: Path) -> int:
             check = check_checkpoint(job, root, output, local)
     finally:
         executor.close()
-    write_report(job, job_path, device, report, time.perf_counter() - started, check)
+    write_report(job, job_path, device, report, time.perf_counter() - started, check, recorder.events)
     return EXIT_OK if check.get("passed") else EXIT_FAILED
 
 
@@ -226,38 +309,28 @@ def check_checkpoint(job, root, output: Path, device) -> dict:
             "reason": verdict.reason}
 
 
-def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict) -> None:
+def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:
+    """The job's report files: Markdown, HTML, PNGs and the JSON they are rendered from (aitune_ray.report)."""
     if not job.report:
         return
-    path = Path(job.report)
-    md_path = path.with_suffix(".md") if path.suffix == ".json" else path
-    json_path = md_path.with_suffix(".json")
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# aitune-ray report: {job_path}", "",
-             f"- host: {platform.node()}", f"- device: {device}", f"- executor: {job.executor.type}",
-             f"- checkpoint: {job.output if check else '(none)'}", f"- elapsed: {elapsed_s:.1f} s"]
-    if "max_abs_diff" in check:
-        lines.append(f"- checkpoint check: max abs difference {check['max_abs_diff']:.3g}, "
-                     f"{'matches' if check['passed'] else 'differs'}")
-    elif check:
-        lines.append(f"- checkpoint check: {check.get('error') or check.get('skipped')}")
-    md_path.write_text("\n".join(lines) + "\n\n" + report.markdown())
-    data = {"job": dataclasses.asdict(job), "host": platform.node(), "device": str(device),
-            "elapsed_s": elapsed_s, "checkpoint": str(job.output) if check else None, "checkpoint_check": check,
-            "report": report.to_dict()}
-    json_path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    say(f"report: {md_path} and {json_path}")
+    from aitune_ray.report import write_reports
+
+    data = {"job_path": str(job_path), "job": dataclasses.asdict(job), "host": platform.node(),
+            "device": str(device), "elapsed_s": elapsed_s, "checkpoint": str(job.output) if check else None,
+            "checkpoint_check": check, "report": report.to_dict(), "events": list(events)}
+    written = write_reports(data, job.report)
+    say(f"report: {written['md']}, {written['html']} and {written['json']}")
 
 
 # ----- executors and progress ------------------------------------------------------------------------
-def make_executor(job):
-    """The job's executor, printing progress. The inline path never imports Ray."""
+def make_executor(job, progress=None):
+    """The job's executor, reporting progress to progress(event). The inline path never imports Ray."""
     if job.executor.type == "inline":
         from aitune_ray.cluster.inline import InlineExecutor
 
         class InlineWithProgress(ProgressLines, InlineExecutor):
             def submit(self, context, jobs):
-                return _SequentialProgress(super().submit(context, jobs), context, jobs)
+                return _SequentialProgress(super().submit(context, jobs), context, jobs, progress)
 
         return InlineWithProgress()
     try:
@@ -269,22 +342,7 @@ def make_executor(job):
     class RayWithProgress(ProgressLines, RayExecutor):
         pass
 
-    return RayWithProgress(job.executor.address, progress=print_progress, **job.executor.ray_options())
-
-
-def print_progress(event: dict) -> None:
-    """One line per progress event: {"module","key","backend","event","status","node","gpu","elapsed_s"}."""
-    where = ", ".join(str(event[k]) for k in ("node", "gpu") if event.get(k))
-    where = f" on {where}" if where else ""
-    module, backend = event.get("module", "?"), event.get("backend") or event.get("key", "?")
-    if event.get("event") == "building":
-        say(f"[{module}] building  {backend}{where}")
-        return
-    status = event.get("status", "?")
-    word = "done    " if status == "ok" else "FAILED  "
-    elapsed = event.get("elapsed_s")
-    took = f" after {elapsed:.1f} s" if isinstance(elapsed, (int, float)) else ""
-    say(f"[{module}] {word}{backend}: {status}{took}{where}")
+    return RayWithProgress(job.executor.address, progress=progress, **job.executor.ray_options())
 
 
 class ProgressLines:
@@ -299,21 +357,22 @@ class ProgressLines:
 class _SequentialProgress(RunHandle):
     """Wraps a run handle whose jobs run one after another in the given order (the inline executor)."""
 
-    def __init__(self, handle, context, jobs):
+    def __init__(self, handle, context, jobs, progress=None):
         self.handle, self.context, self.jobs = handle, context, list(jobs)
+        self.progress = progress or (lambda event: None)
 
     def __iter__(self):
         results = iter(self.handle)
         for job in self.jobs:
             name = job.spec.get("type", "").rpartition(":")[2]
-            print_progress({"module": self.context.name, "key": job.key, "backend": name, "event": "building",
+            self.progress({"module": self.context.name, "key": job.key, "backend": name, "event": "building",
                             "node": platform.node(), "gpu": str(self.context.device)})
             started = time.perf_counter()
             try:
                 result = next(results)
             except StopIteration:
                 return
-            print_progress({"module": self.context.name, "key": result.key, "backend": result.backend,
+            self.progress({"module": self.context.name, "key": result.key, "backend": result.backend,
                             "event": "done", "status": result.status, "node": result.node, "gpu": result.gpu,
                             "elapsed_s": time.perf_counter() - started})
             yield result

@@ -1,0 +1,76 @@
+"""A job's report files: Markdown and self-contained HTML, with a throughput plot and the schedule's timeline.
+
+    write_reports(run, "out/job.md")   # out/job.md, out/job.html, out/job.json, out/job-throughput.png, ...
+    render_run_file("out/job.json")     # the same files again from a job's JSON report
+
+run is the job's JSON report as a dict: job, host, device, elapsed_s, checkpoint, checkpoint_check,
+report (TuningReport.to_dict()) and events (what an EventRecorder kept; see aitune_ray.report.events).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from aitune_ray.errors import ConfigError
+from aitune_ray.report.events import EventRecorder, Span, spans
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EventRecorder", "Span", "render_run_file", "report_paths", "spans", "write_reports"]
+
+
+def report_paths(path: str | Path) -> dict[str, Path]:
+    """Where each file of a report goes, from the Markdown (or JSON) path a job names."""
+    path = Path(path)
+    md = path.with_suffix(".md") if path.suffix in (".json", ".html") else path
+    stem = md.with_suffix("")
+    return {"md": md, "html": md.with_suffix(".html"), "json": md.with_suffix(".json"),
+            "throughput": stem.parent / f"{stem.name}-throughput.png",
+            "timeline": stem.parent / f"{stem.name}-timeline.png"}
+
+
+def write_reports(run: dict, path: str | Path, write_json: bool = True) -> dict[str, Path]:
+    """Write the report files of one job; returns the paths written, by kind."""
+    from aitune_ray.report import html, markdown
+    from aitune_ray.report.document import blocks, images
+
+    paths = report_paths(path)
+    paths["md"].parent.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if write_json:
+        paths["json"].write_text(json.dumps(run, indent=2, default=str) + "\n")
+        written["json"] = paths["json"]
+    content = blocks(run)
+    pictures = images(run)
+    links = {}
+    for name, data in pictures.items():
+        if data:
+            paths[name].write_bytes(data)
+            written[name] = paths[name]
+            links[name] = paths[name].name
+        elif paths[name].exists():   # a stale picture of an earlier run would contradict this report
+            paths[name].unlink()
+    paths["md"].write_text(markdown.render(content, links))
+    paths["html"].write_text(html.render(content, pictures))
+    written.update(md=paths["md"], html=paths["html"])
+    logger.info("report written: %s", ", ".join(str(p) for p in written.values()))
+    return written
+
+
+def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dict[str, Path]:
+    """Render a job's JSON report again: Markdown, HTML and PNGs next to it (or at out, a .md path or a folder)."""
+    json_path = Path(json_path)
+    try:
+        run = json.loads(json_path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {json_path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"{json_path} is not JSON: {exc}") from exc
+    if not isinstance(run, dict) or not isinstance(run.get("report"), dict):
+        raise ConfigError(f"{json_path} is not a job's JSON report (it has no 'report' mapping)")
+    target = Path(out) if out else json_path.with_suffix(".md")
+    if out and (target.is_dir() or not target.suffix):
+        target = target / json_path.with_suffix(".md").name
+    return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve())

@@ -1,0 +1,165 @@
+"""The report's tables as plain rows, from a job's JSON report: candidates, kernel plans, decisions.
+
+Rows come from the strategy's own ModuleReport.rows() (rebuilt from the JSON), so that a column the
+decision rule adds to its rows (a speedup interval, a verdict) reaches the report without a change here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from aitune_ray.results import BuildResult
+from aitune_ray.tune_strategy.report import ModuleReport, _num
+
+BASELINE = "TorchEager (baseline)"
+_BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline")
+#: Row keys that the candidates table shows in columns of its own.
+_SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
+          "build_s", "gpu", "error", "note", "node", "log_path"}
+_PER_BS = ("throughput", "latency_ms", "p90_ms", "raw_latency_ms", "speedup")
+_INTERVAL_NAMES = (("speedup_lo", "speedup_hi"), ("speedup_low", "speedup_high"),
+                   ("speedup_lower", "speedup_upper"))
+
+
+def module_report(data: dict) -> ModuleReport:
+    """A ModuleReport from its to_dict() form (batch-size keys, which JSON made strings, become ints)."""
+    known = {f.name for f in dataclasses.fields(ModuleReport)}
+    fields = {k: v for k, v in data.items() if k in known}
+    for name in _BATCH_KEYED:
+        if isinstance(fields.get(name), dict):
+            fields[name] = {int(k): v for k, v in fields[name].items()}
+    fields["results"] = [BuildResult.from_dict(_known_result_fields(r)) for r in data.get("results", [])]
+    return ModuleReport(**fields)
+
+
+def _known_result_fields(data: dict) -> dict:
+    known = {f.name for f in dataclasses.fields(BuildResult)}
+    return {k: v for k, v in data.items() if k in known}
+
+
+def batch_sizes(report: ModuleReport) -> list[int]:
+    return sorted(report.call_mix)
+
+
+def candidate_rows(report: ModuleReport, host: str = "") -> list[dict]:
+    """ModuleReport.rows(), each with node and log path, and per batch size a speedup against eager and
+    its interval when the decision rule recorded one (speedup_bsN, speedup_interval_bsN = (lo, hi))."""
+    rows = report.rows()
+    base = rows[0]
+    for row, result in zip(rows, [None] + report.results):
+        row["node"] = result.node if result else host
+        row["log_path"] = result.log_path if result else ""
+        row["total_s"] = result.total_s if result else 0.0
+        for bs in batch_sizes(report):
+            if not _is_number(row.get(f"speedup_bs{bs}")):
+                row[f"speedup_bs{bs}"] = _ratio(row.get(f"throughput_bs{bs}"), base.get(f"throughput_bs{bs}"))
+            row[f"speedup_interval_bs{bs}"] = interval(row, bs)
+    return rows
+
+
+def interval(row: dict, bs: int) -> tuple[float, float] | None:
+    """The speedup interval at batch size bs, under whichever of the usual names the row carries it."""
+    for name in (f"speedup_ci_bs{bs}", f"speedup_interval_bs{bs}", f"ci_bs{bs}"):
+        value = row.get(name)
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value):
+            return float(value[0]), float(value[1])
+        if isinstance(value, dict) and _is_number(value.get("lo", value.get("low"))):
+            return float(value.get("lo", value.get("low"))), float(value.get("hi", value.get("high")))
+    for lo, hi in _INTERVAL_NAMES:
+        a, b = row.get(f"{lo}_bs{bs}"), row.get(f"{hi}_bs{bs}")
+        if _is_number(a) and _is_number(b):
+            return float(a), float(b)
+    return None
+
+
+def extra_columns(rows: list[dict], sizes: list[int]) -> list[str]:
+    """Row keys that no column of the table shows (added by the decision rule): shown as they are."""
+    shown = set(_SHOWN) | {"total_s"}
+    for bs in sizes:
+        shown |= {f"{name}_bs{bs}" for name in _PER_BS}
+        shown |= {f"speedup_interval_bs{bs}", f"speedup_ci_bs{bs}", f"ci_bs{bs}"}
+        shown |= {f"{name}_bs{bs}" for pair in _INTERVAL_NAMES for name in pair}
+    seen: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in shown and key not in seen:
+                seen.append(key)
+    return seen
+
+
+def speedup_text(row: dict, bs: int) -> str:
+    text = _num(row.get(f"speedup_bs{bs}"), "x")
+    span = row.get(f"speedup_interval_bs{bs}")
+    return f"{text} [{_num(span[0])}, {_num(span[1])}]" if span else text
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, float):
+        return _num(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def candidate_table(report: ModuleReport, host: str = "") -> tuple[list[str], list[list[str]]]:
+    """The candidates table as a header and rows of text cells."""
+    rows = candidate_rows(report, host)
+    sizes = batch_sizes(report)
+    extra = extra_columns(rows, sizes)
+    head = ["backend", "config", "status", "correctness error (tolerance)", "speedup"]
+    head += [f"bs{bs} speedup [interval]" for bs in sizes] + [f"bs{bs} p50/p90 ms" for bs in sizes]
+    head += ["build s", "node", "GPU", *extra, "error / note", "log"]
+    table = []
+    for row in rows:
+        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), row["config"], row["status"],
+                 f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})", _num(row["speedup"], "x")]
+        cells += [speedup_text(row, bs) for bs in sizes]
+        cells += [f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}" for bs in sizes]
+        cells += [_num(row["build_s"]), row["node"] or "", row["gpu"] or "", *(value_text(row.get(k)) for k in extra),
+                  " ".join(str(row["error"] or row["note"] or "").split()), row["log_path"] or ""]
+        table.append([str(c) for c in cells])
+    return head, table
+
+
+def plan_tables(report: ModuleReport) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Each distinct kernel plan of the module's candidates: (which candidates, header, rows).
+
+    A row per (function, provider) the forge tried: the provider, its time, speedup, error and whether
+    it was chosen."""
+    plans: dict[str, tuple[list[str], list[dict]]] = {}
+    for result in report.results:
+        plan = (result.state or {}).get("kernel_plan") or (result.spec or {}).get("kernel_plan")
+        if not isinstance(plan, dict) or not plan.get("results"):
+            continue
+        ident = json.dumps(plan["results"], sort_keys=True, default=str)
+        plans.setdefault(ident, ([], plan["results"]))[0].append(result.backend)
+    head = ["function", "provider", "source", "status", "chosen", "median ms", "speedup", "max error (tolerance)",
+            "GPU", "error"]
+    out = []
+    for users, records in plans.values():
+        rows = [[str(r.get("function", "")), str(r.get("description", "")), str(r.get("source", "")),
+                 str(r.get("status", "")), "yes" if r.get("selected") else "", _num(_float(r.get("median_ms"))),
+                 _num(_float(r.get("speedup")), "x"),
+                 f"{_num(_float(r.get('max_error')))} ({_num(_float(r.get('tolerance')))})", str(r.get("gpu", "")),
+                 " ".join(str(r.get("error") or "").split())[:300]] for r in records]
+        out.append((", ".join(users), head, rows))
+    return out
+
+
+def _float(value) -> float:
+    return float(value) if _is_number(value) else math.nan
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _ratio(a, b) -> float:
+    if not (_is_number(a) and _is_number(b)) or b == 0:
+        return math.nan
+    return float(a) / float(b)

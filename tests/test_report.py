@@ -1,0 +1,203 @@
+"""The report files: Markdown and HTML with the expected rows, valid PNGs, the timeline's spans, the
+report command re-rendering from JSON, and columns the decision rule adds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from aitune_ray.cli import main
+from aitune_ray.report import render_run_file, spans, write_reports
+from aitune_ray.report.events import EventRecorder, actor_row
+from aitune_ray.report.tables import candidate_table, module_report, plan_tables
+from aitune_ray.tune_strategy.report import ModuleReport
+from tests.report_helpers import REPO, run_quick_job
+
+
+@pytest.fixture(autouse=True)
+def _repo_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO))
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    return run_quick_job(tmp_path_factory.mktemp("quick"))
+
+
+def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("|")]
+    return [r for r in rows if r[0].startswith(first_cell)]
+
+
+def test_markdown_has_a_row_per_candidate(quick_report):
+    text = quick_report.read_text()
+    head = table_rows(text, "backend")[0]
+    for column in ("status", "correctness error (tolerance)", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
+                   "node", "GPU", "error / note", "log"):
+        assert column in head, column
+    (eager,) = table_rows(text, "TorchEager (baseline)")
+    (failed,) = table_rows(text, "RaisingBackend")
+    (chosen,) = table_rows(text, "TorchEagerBackend (chosen)")
+    assert eager[head.index("status")] == "ok" and eager[head.index("speedup")] == "1x"
+    assert failed[head.index("status")] == "error"
+    assert "this backend always fails to build" in failed[head.index("error / note")]
+    assert chosen[head.index("status")] == "ok" and chosen[head.index("speedup")].endswith("x")
+    assert float(chosen[head.index("bs16 p50/p90 ms")].split("/")[0]) > 0
+    assert "Decision: chose TorchEagerBackend" in text
+    assert "![timeline](mlp-timeline.png)" in text and "driver's wall clock" in text
+
+
+def test_html_is_self_contained_and_has_the_same_rows(quick_report):
+    page = quick_report.with_suffix(".html").read_text()
+    assert "<table class=\"candidates\"" in page
+    assert page.count("<tr class=") == 3                                  # eager, failed, chosen
+    assert "<tr class=\"failed\"><td>RaisingBackend</td>" in page
+    assert "<tr class=\"chosen\"><td>TorchEagerBackend (chosen)</td>" in page
+    assert page.count("src=\"data:image/png;base64,") == 2
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+
+
+def test_pngs_are_valid_images_of_sensible_size(quick_report):
+    for name in ("mlp-throughput.png", "mlp-timeline.png"):
+        with Image.open(quick_report.parent / name) as image:
+            image.verify()
+        with Image.open(quick_report.parent / name) as image:
+            width, height = image.size
+            assert 600 <= width <= 2500 and 150 <= height <= 2500, (name, image.size)
+            colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+            assert colours is None or len(colours) > 20, name    # drawn on, not a blank canvas
+
+
+def test_json_keeps_the_events_with_the_driver_clock(quick_report):
+    run = json.loads(quick_report.with_suffix(".json").read_text())
+    events = run["events"]
+    assert [e["event"] for e in events] == ["building", "done", "building", "done"]
+    assert [e["status"] for e in events if e["event"] == "done"] == ["error", "ok"]
+    times = [e["time"] for e in events]
+    assert times == sorted(times) and times[-1] - times[0] < run["elapsed_s"] + 1
+    bars = spans(events)
+    assert [(s.candidate, s.phase, s.status) for s in bars] == [("RaisingBackend", "build", "error"),
+                                                                ("TorchEagerBackend", "build", "ok")]
+
+
+def test_report_command_renders_the_same_files_again(quick_report, tmp_path):
+    assert main(["report", str(quick_report.with_suffix(".json")), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "mlp.md").read_text() == quick_report.read_text()
+    assert (tmp_path / "mlp.html").read_text() == quick_report.with_suffix(".html").read_text()
+    assert (tmp_path / "mlp-timeline.png").stat().st_size > 1000
+
+
+def test_report_command_rejects_what_is_not_a_run(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    assert main(["report", str(bad)]) == 2
+    assert "is not a job's JSON report" in capsys.readouterr().err
+
+
+# ----- the timeline's spans from executor events --------------------------------------------------
+def ray_like_events() -> list[dict]:
+    """Events as the Ray executor emits them: two actors, a crash, a timeout, phases, one still running."""
+    g0, g1 = {"node": "head (10.0.0.1)", "gpu": "NVIDIA H200 #0 (GPU-1234-abcd)"}, {"node": "w1", "gpu": "NVIDIA H200 #1"}
+    e = [("a", "InductorJit", "building", "running", g0, 100.0), ("b", "AOT", "building", "running", g1, 100.5),
+         ("a", "InductorJit", "measuring", "running", g0, 102.0), ("b", "AOT", "done", "crashed", g1, 101.0),
+         ("a", "InductorJit", "done", "ok", g0, 103.0), ("c", "ORT", "queued", "waiting", {}, 100.0),
+         ("c", "ORT", "building", "running", {}, 101.2), ("c", "ORT", "done", "timed out", g1, 104.0),
+         ("d", "TorchAO", "building", "running", g0, 103.5)]
+    return [{"module": "m", "key": k, "backend": b, "event": ev, "status": st, **where, "time": t}
+            for k, b, ev, st, where, t in e]
+
+
+def test_spans_pair_phases_and_outcomes_per_actor():
+    bars = spans(ray_like_events())
+    got = [(s.key, s.phase, s.row, s.status, s.start, s.end) for s in bars]
+    assert got == [("a", "build", "NVIDIA H200 #0 @ head (10.0.0.1)", "ok", 100.0, 102.0),
+                   ("b", "build", "NVIDIA H200 #1 @ w1", "crashed", 100.5, 101.0),
+                   ("c", "build", "NVIDIA H200 #1 @ w1", "timed out", 101.2, 104.0),   # actor from its outcome
+                   ("a", "profile", "NVIDIA H200 #0 @ head (10.0.0.1)", "ok", 102.0, 103.0),
+                   ("d", "build", "NVIDIA H200 #0 @ head (10.0.0.1)", "unfinished", 103.5, 104.0)]
+
+
+def test_spans_tolerate_missing_fields():
+    events = [{"event": "building", "time": 1.0}, {"event": "done", "time": 2.0}, {"module": "m"}, "junk",
+              {"key": "k", "task": "forge-benchmark", "event": "benchmarking", "time": 1.5},
+              {"key": "k", "task": "forge-benchmark", "event": "done", "status": "ok", "time": 1.7}]
+    bars = spans(events)
+    assert [(s.row, s.phase, s.status) for s in bars] == [("driver", "build", "ok"),
+                                                          ("driver", "provider benchmark", "ok")]
+    assert actor_row("", "") == "driver" and actor_row("n", "cpu (actor 0)") == "cpu (actor 0) @ n"
+
+
+def test_recorder_stamps_the_driver_clock_and_passes_events_on():
+    seen = []
+    recorder = EventRecorder(seen.append)
+    recorder({"event": "building"})
+    recorder({"event": "done", "time": 5.0})
+    assert seen == recorder.events
+    assert recorder.events[0]["time"] >= recorder.started and recorder.events[1]["time"] == 5.0
+
+
+def test_timeline_png_marks_crashes_and_timeouts(tmp_path):
+    run = {"report": {"modules": [], "failures": {}}, "events": ray_like_events()}
+    written = write_reports(run, tmp_path / "r.md")
+    with Image.open(written["timeline"]) as image:
+        assert image.size[0] >= 600
+    assert "throughput" not in written            # nothing was measured: no throughput picture
+    assert "(no throughput picture" in written["md"].read_text()
+
+
+# ----- columns that the decision rule adds to its rows ---------------------------------------------
+def small_report() -> ModuleReport:
+    timing = {"batch_size": 2, "median_ms": 2.0, "p90_ms": 2.5, "cv": 0.1, "runs": 10}
+    fast = dict(timing, median_ms=1.0, p90_ms=1.2)
+    plan = {"version": 1, "providers": [], "results": [
+        {"function": "scaled_dot_product_attention", "description": "flash", "source": "provider", "status": "ok",
+         "median_ms": 0.5, "speedup": 1.6, "max_error": 1e-3, "tolerance": 1e-2, "selected": True, "gpu": "g0"},
+        {"function": "scaled_dot_product_attention", "description": "sage", "source": "provider",
+         "status": "unsupported", "error": "sageattention is not installed", "gpu": "g0"}]}
+    data = {"module": "enc", "strategy": "MaxThroughputStrategy", "device": "cuda", "call_mix": {"2": 3},
+            "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend",
+            "results": [{"key": "k1", "backend": "KernelSelectorBackend", "spec": {"type": "x:KernelSelectorBackend"},
+                         "status": "ok", "timings": {"2": fast}, "node": "n", "gpu": "g0", "log_path": "/logs/a.log",
+                         "state": {"kernel_plan": plan}}]}
+    return module_report(data)
+
+
+def test_interval_and_added_columns_are_rendered(monkeypatch):
+    original = ModuleReport.rows
+
+    def rows_with_intervals(self):
+        rows = original(self)
+        for row in rows[1:]:
+            row.update(speedup_lo_bs2=1.8, speedup_hi_bs2=2.2, verdict="faster at every batch size")
+        return rows
+
+    monkeypatch.setattr(ModuleReport, "rows", rows_with_intervals)
+    head, rows = candidate_table(small_report())
+    assert "verdict" in head
+    chosen = rows[1]
+    assert chosen[head.index("bs2 speedup [interval]")] == "2x [1.8, 2.2]"
+    assert chosen[head.index("verdict")] == "faster at every batch size"
+    assert chosen[head.index("log")] == "/logs/a.log" and chosen[head.index("node")] == "n"
+
+
+def test_kernel_plan_table_lists_every_provider():
+    (users, head, rows), = plan_tables(small_report())
+    assert users == "KernelSelectorBackend"
+    assert [r[head.index("provider")] for r in rows] == ["flash", "sage"]
+    assert rows[0][head.index("chosen")] == "yes" and rows[0][head.index("speedup")] == "1.6x"
+    assert "not installed" in rows[1][head.index("error")]
+
+
+def test_render_run_file_from_a_hand_written_run(tmp_path):
+    run = {"host": "h", "report": {"modules": [dict(small_report().to_dict())], "failures": {"head": "no samples"}}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    written = render_run_file(path)
+    text = written["md"].read_text()
+    assert "**kernel plan of KernelSelectorBackend**" in text and "Stayed eager: no samples" in text
+    assert set(written) == {"md", "html", "throughput"}    # the JSON itself is not rewritten; no events, no timeline
