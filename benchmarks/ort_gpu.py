@@ -13,8 +13,9 @@ each ORT variant opens its own session.
 Per model and batch size, each round times every variant once in a shuffled order: a burst of calls back
 to back, then one synchronize. The table gives the median over rounds of ms per call, the median of the
 per-round speedups over eager, the host time per call (until the burst's calls have returned, before the
-synchronize: close to the wall time means the loop is host-bound) and the relative L2 error against eager.
-Results go to OUT/ort_gpu.md and OUT/ort_gpu.json, rewritten after each model.
+synchronize: close to the wall time means the loop is host-bound), on a GPU the kernel time per call from
+torch's profiler (OUT/profile_MODEL_bsN_VARIANT.md lists the top kernels) and the relative L2 error
+against eager. Results go to OUT/ort_gpu.md and OUT/ort_gpu.json, rewritten after each model.
 """
 
 from __future__ import annotations
@@ -108,6 +109,29 @@ def burst(fn, args, kwargs, calls: int, device: torch.device) -> tuple[float, fl
     return (done - started) / calls * 1e3, (issued - started) / calls * 1e3
 
 
+def profile(fn, args, kwargs, calls: int, device: torch.device) -> tuple[float, str]:
+    """(GPU kernel ms per call, the top kernels by GPU time) over one burst, with torch's profiler (CUPTI
+    sees ONNX Runtime's kernels too). Kernel time close to the wall time per call: GPU-bound; far below it:
+    host-bound."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    sync(device)
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args, **kwargs)
+        sync(device)
+    events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+    total_us = sum(getattr(e, "self_device_time_total", 0) or 0 for e in events)
+    events.sort(key=lambda e: -(getattr(e, "self_device_time_total", 0) or 0))
+    lines = [f"{calls} calls, {total_us / calls / 1e3:.3f} GPU ms per call", "",
+             "| kernel | calls | GPU us per model call | share |", "|---|---|---|---|"]
+    for e in events[:15]:
+        us = getattr(e, "self_device_time_total", 0) or 0
+        lines.append(f"| {e.key[:90]} | {e.count // calls} | {us / calls:.1f} | {us / max(total_us, 1):.0%} |")
+    return total_us / calls / 1e3, "\n".join(lines)
+
+
 def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, device, workdir: Path,
                    use_dynamo: bool = True):
     """({variant: callable}, {variant: error}, {variant: build seconds}); a failed build is reported, not fatal."""
@@ -174,7 +198,8 @@ def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, 
     return built, errors, seconds
 
 
-def measure(variants: dict, calls: dict, device, rounds: int, burst_ms: float) -> list[dict]:
+def measure(variants: dict, calls: dict, device, rounds: int, burst_ms: float, profile_dir: Path | None = None,
+            model_name: str = "") -> list[dict]:
     rows = []
     for bs, (a, k) in sorted(calls.items()):
         with torch.no_grad():
@@ -189,6 +214,14 @@ def measure(variants: dict, calls: dict, device, rounds: int, burst_ms: float) -
                 random.shuffle(order)
                 for name in order:
                     times[name].append(burst(variants[name], a, k, n_calls, device))
+            gpu_ms = {}
+            if profile_dir is not None and device.type == "cuda":
+                for name, fn in variants.items():
+                    try:
+                        gpu_ms[name], text = profile(fn, a, k, min(n_calls, 20), device)
+                        (profile_dir / f"profile_{model_name}_bs{bs}_{name}.md").write_text(text + "\n")
+                    except Exception as exc:  # the profile is extra information, never the measurement
+                        logger.warning("profile of %s failed: %s", name, exc)
         for name, runs in times.items():
             speedups = [e[0] / r[0] for e, r in zip(times["eager"], runs)] if "eager" in times else [float("nan")]
             rows.append({"batch_size": bs, "variant": name, "calls_per_burst": n_calls, "rounds": rounds,
@@ -196,7 +229,7 @@ def measure(variants: dict, calls: dict, device, rounds: int, burst_ms: float) -
                          "host_ms_per_call": statistics.median(r[1] for r in runs),
                          "speedup_vs_eager": statistics.median(speedups),
                          "speedup_min": min(speedups), "speedup_max": max(speedups),
-                         "rel_l2_error": errors[name]})
+                         "rel_l2_error": errors[name], "gpu_ms_per_call": gpu_ms.get(name)})
     return rows
 
 
@@ -204,12 +237,13 @@ def table(results: dict) -> str:
     lines = []
     for model, entry in results["models"].items():
         lines += [f"### {model} ({entry['dtype']}, {entry['device']})", "",
-                  "| batch | variant | ms/call | host ms/call | speedup vs eager (min-max) | rel. L2 error |",
-                  "|---|---|---|---|---|---|"]
+                  "| batch | variant | ms/call | host ms/call | GPU ms/call | speedup vs eager (min-max) | rel. L2 error |",
+                  "|---|---|---|---|---|---|---|"]
         for r in entry["rows"]:
             err = "" if r["rel_l2_error"] is None else f"{r['rel_l2_error']:.1e}"
+            gpu = "" if r.get("gpu_ms_per_call") is None else f"{r['gpu_ms_per_call']:.3f}"
             lines.append(f"| {r['batch_size']} | {r['variant']} | {r['ms_per_call']:.3f} | {r['host_ms_per_call']:.3f} | "
-                         f"{r['speedup_vs_eager']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {err} |")
+                         f"{gpu} | {r['speedup_vs_eager']:.2f}x ({r['speedup_min']:.2f}-{r['speedup_max']:.2f}) | {err} |")
         for name, error in entry["errors"].items():
             lines.append(f"\n{name} failed to build: {error}")
         lines += ["", "Build seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in entry["build_s"].items()), ""]
@@ -227,6 +261,7 @@ def main() -> int:
     parser.add_argument("--exporter", default="dynamo", choices=["dynamo", "torchscript"])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--burst-ms", type=float, default=60.0, help="about how long one burst runs")
+    parser.add_argument("--no-profile", action="store_true", help="skip the per-variant GPU kernel profiles")
     parser.add_argument("--out", default="ort-gpu-results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -251,7 +286,8 @@ def main() -> int:
         with torch.no_grad(), tempfile.TemporaryDirectory() as workdir:
             variants, errors, build_s = build_variants(wanted, model, opt_type, calls, device, Path(workdir),
                                                        use_dynamo=args.exporter == "dynamo")
-            rows = measure(variants, calls, device, args.rounds, args.burst_ms)
+            rows = measure(variants, calls, device, args.rounds, args.burst_ms,
+                           None if args.no_profile else out, name)
         results["models"][name] = {"dtype": str(dtype), "device": str(device), "rows": rows, "errors": errors,
                                    "build_s": build_s}
         text = table(results)
