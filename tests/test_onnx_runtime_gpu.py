@@ -12,7 +12,7 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
-from aitune_ray.errors import InputMismatchError
+from aitune_ray.errors import BuildError, InputMismatchError
 from aitune_ray.measure import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.samples import Sample, SampleStore
@@ -138,3 +138,25 @@ def test_checkpoint_save_load_run_recaptures_at_first_use(tmp_path):
     for _ in range(3):                                     # warm-up, capture, replay
         assert_matches(loaded(x), ref)
     assert backend._bound.graphs_captured == [16]
+
+
+class Branchy(nn.Module):
+    """Control flow (an ONNX If), which ONNX Runtime cannot capture in a CUDA graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: self.linear(t) * 2, lambda t: self.linear(t) - 1, (x,))
+
+
+@needs_cuda_ep
+def test_a_model_that_cannot_be_captured_is_a_build_error(tmp_path):
+    model = Branchy().eval().to(CUDA)
+    with pytest.raises(BuildError, match="CUDA graph"):
+        build(model, (4,), torch.float32, tmp_path / "graphs", use_cuda_graphs=True)
+    backend = build(model, (4,), torch.float32, tmp_path / "plain")     # uncaptured, the same model runs
+    x = torch.randn(4, 64, WIDTH, device=CUDA)
+    with torch.no_grad():
+        assert_matches(backend.infer(x), model(x))
