@@ -206,17 +206,25 @@ def test_checkpoint_state_rebuilds_the_session(built, tmp_path):
     torch.testing.assert_close(again.infer(x), backend.infer(x), rtol=0, atol=0)
 
 
-def test_transformer_optimizer_fuses_the_tiny_bert(tmp_path):
+def test_transformer_optimizer_fuses_the_tiny_bert_and_its_checkpoint_loads(tmp_path):
+    import aitune_ray as ait
     from examples.bert.model import make_data, make_model
+    from tests.helpers import FAST_MEASURE
 
     model = make_model("tiny")
-    items = make_data("tiny", batch_sizes=(2, 4), per_batch_size=1)
-    with torch.no_grad():
-        samples = SampleStore([Sample((), it, model(**it), it["input_ids"].shape[0]) for it in items])
     backend = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False, transformer_optimizer="bert"))
-    backend.build(model, samples, CPU, tmp_path)
-    ops = {n.op_type for n in onnx.load(str(backend._exported.path)).graph.node}
-    assert {"SkipLayerNormalization", "BiasGelu"} <= ops
+    strategy = ait.OneBackendStrategy(backend, measure_config=FAST_MEASURE).enable_performance_validation(False)
+    wrapped = ait.Module(model, "bert", strategy=strategy)
+    ait.tune(wrapped, make_data("tiny", batch_sizes=(2, 4), per_batch_size=1), device="cpu",
+             executor=ait.InlineExecutor())
+    built = wrapped.backend
+    optimized = onnx.load(str(built._exported.path))
+    assert {"SkipLayerNormalization", "BiasGelu"} <= {n.op_type for n in optimized.graph.node}
+    # only the operator sets it uses, so that a checkpoint load does not take it for a custom-op model
+    assert {o.domain for o in optimized.opset_import} == {"", "com.microsoft"}
+    ait.save(wrapped, tmp_path / "bert.ait")
+    loaded = ait.load(ait.Module(make_model("tiny", seed=3), "bert"), tmp_path / "bert.ait")
+    assert isinstance(loaded.backend, ONNXRuntimeBackend)
     item = make_data("tiny", batch_sizes=(3,), per_batch_size=1, seed=5)[0]
     with torch.no_grad():
-        torch.testing.assert_close(backend.infer(**item), model(**item), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loaded(**item), model(**item), rtol=1e-4, atol=1e-4)

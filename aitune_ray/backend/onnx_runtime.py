@@ -110,6 +110,7 @@ class ONNXRuntimeBackend(Backend):
             model = optimizer.optimize_model(str(path), model_type=self.config.transformer_optimizer,
                                              use_gpu=device.type == "cuda")
             fused = {k: v for k, v in model.get_fused_operator_statistics().items() if v}
+            _drop_unused_opsets(model.model)
             model.save_model_to_file(str(path), use_external_data_format=large, all_tensors_to_one_file=True)
         except Exception as exc:
             raise BuildError(f"ONNX Runtime's transformer optimizer ({self.config.transformer_optimizer}) failed "
@@ -176,3 +177,21 @@ class ONNXRuntimeBackend(Backend):
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
         self._exported = ExportedModel.from_dict(state["exported"], Path(artifacts["model.onnx"]))
         self._open(device)
+
+
+def _drop_unused_opsets(model) -> None:
+    """Keep only the operator sets the graph uses: ONNX Runtime's optimizer imports every domain it knows
+    (its preview, training and ATen ones too), which a checkpoint load would take for custom-op libraries."""
+    used = {""}
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            used.add(node.domain)
+            for attribute in node.attribute:
+                graphs += ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+    for function in model.functions:
+        used.update(node.domain for node in function.node)
+    keep = [o for o in model.opset_import if o.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
