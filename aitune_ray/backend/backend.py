@@ -83,10 +83,11 @@ class BackendState(str, enum.Enum):
 
 
 def require(module_name: str, extra: str, what: str) -> Any:
-    """Import an optional library, or raise MissingDependencyError naming the extra to install."""
+    """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
+    a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
     try:
         return importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, OSError) as exc:
         raise MissingDependencyError(module_name, extra, what) from exc
 
 

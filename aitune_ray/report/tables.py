@@ -15,11 +15,11 @@ from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
 BASELINE = "TorchEager (baseline)"
-_BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline")
+_BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")
 #: Row keys that the candidates table shows in columns of its own.
 _SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
           "build_s", "gpu", "error", "note", "node", "log_path"}
-_PER_BS = ("throughput", "latency_ms", "p90_ms", "raw_latency_ms", "speedup")
+_PER_BS = ("throughput", "latency_ms", "p90_ms", "raw_latency_ms", "speedup", "raw_ms_per_call")
 _INTERVAL_NAMES = (("speedup_lo", "speedup_hi"), ("speedup_low", "speedup_high"),
                    ("speedup_lower", "speedup_upper"))
 
