@@ -49,6 +49,10 @@ class ExportError(BuildError):
         super().__init__(message)
 
 
+class InputMismatchError(AITuneRayError, ValueError):
+    """A call's tensor does not match what a built backend takes (device, dtype, layout, shape)."""
+
+
 class CorrectnessError(AITuneRayError):
     """A backend's outputs differ from eager outputs beyond tolerance."""
 

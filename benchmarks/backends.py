@@ -7,7 +7,8 @@
 Models: mlp, encoder (ViT-B-sized), bert (examples/bert: base on a GPU, tiny on a CPU) and pipeline
 (examples/pipeline: two modules, each tuned with the same backends).
 
-Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx, ao-int8wo,
+Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx,
+onnx-graphs (ONNX Runtime with CUDA graphs), onnx-opt (with its transformer optimizer), ao-int8wo,
 ao-int8dq, ao-fp8wo, kernels (KernelSelectorBackend: attention kernel selection, then Inductor JIT).
 """
 
@@ -29,6 +30,7 @@ import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend,
     ONNXRuntimeBackend,
+    ONNXRuntimeBackendConfig,
     TorchAOBackend,
     TorchAOBackendConfig,
     TorchInductorAotBackend,
@@ -45,6 +47,8 @@ BACKENDS = {
     "jit-ro": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
     "aot": lambda: TorchInductorAotBackend(),
     "onnx": lambda: ONNXRuntimeBackend(),
+    "onnx-graphs": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_cuda_graphs=True)),
+    "onnx-opt": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(transformer_optimizer="bert")),
     "ao-int8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")),
     "ao-int8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")),
     "ao-fp8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")),

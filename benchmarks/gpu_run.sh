@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -22,6 +22,18 @@ for part in $parts; do
       timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
         -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
+    ort)   # needs onnxruntime-gpu staged (stage.sh ort-gpu): ONNX Runtime's GPU tests, then ort_gpu.py on the ViT
+      timeout 200 python -m pytest tests/test_onnx_runtime_gpu.py \
+        "tests/test_gpu.py::test_onnxruntime_cuda_provider_never_falls_back_to_cpu" -m gpu -v \
+        -p no:cacheprovider -o log_level=WARNING > "$out/ort_gpu_tests.log" 2>&1
+      grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/ort_gpu_tests.log" | tail -20
+      timeout 330 python benchmarks/ort_gpu.py --models vit --rounds 5 --burst-ms 40 --out "$out/ort-vit" \
+        > "$out/ort_gpu_vit.log" 2>&1
+      echo "ort_gpu.py vit: exit $?"; grep -E "^\||^###|failed to build" "$out/ort-vit/ort_gpu.md"; tail -3 "$out/ort_gpu_vit.log" ;;
+    ort-bert)   # the same benchmark on examples/bert (BERT-base, fp16, batch sizes 8 and 32)
+      timeout 330 python benchmarks/ort_gpu.py --models bert --rounds 5 --burst-ms 40 --out "$out/ort-bert" \
+        > "$out/ort_gpu_bert.log" 2>&1
+      echo "ort_gpu.py bert: exit $?"; grep -E "^\||^###|failed to build" "$out/ort-bert/ort_gpu.md"; tail -3 "$out/ort_gpu_bert.log" ;;
     forge-tests)
       timeout 200 python -m pytest tests/test_forge_ray.py -m gpu -v \
         -p no:cacheprovider -o log_level=WARNING -o faulthandler_timeout=80 --basetemp "$out/pytest" \

@@ -1,41 +1,67 @@
-"""ONNXRuntimeBackend: ONNX export, then an ONNX Runtime session on the chosen execution provider."""
+"""ONNXRuntimeBackend: ONNX export, then an ONNX Runtime session on the chosen execution provider.
+
+Calls go through IO binding (``onnx_runtime_io``): torch tensors are bound by device pointer, outputs are
+device tensors, and on a GPU nothing goes through the host. ``use_cuda_graphs`` captures one CUDA graph per
+recorded batch size (at the build, and again at first use after a checkpoint load). The checkpoint holds
+the ONNX model (after the optional transformer optimizer) and the config; loading opens a new session.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
+import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig, require
 from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
-from aitune_ray.errors import BuildError
+from aitune_ray.backend.onnx_runtime_io import BoundSession, device_index
+from aitune_ray.backend.onnx_runtime_options import (ONNXExecutionProvider, check_graph_optimization_level,
+                                                     check_transformer_optimizer, normalize_provider_options,
+                                                     provider_of, session_options, session_providers)
+from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.samples import SampleStore
 
+logger = logging.getLogger(__name__)
 
-class ONNXExecutionProvider(str, enum.Enum):
-    CPU = "CPUExecutionProvider"
-    CUDA = "CUDAExecutionProvider"
-    TENSORRT = "TensorrtExecutionProvider"
+__all__ = ["ONNXExecutionProvider", "ONNXRuntimeBackend", "ONNXRuntimeBackendConfig"]
+
+#: Runs per recorded batch size at the build with CUDA graphs: ONNX Runtime's warm-up run(s), the capture, a replay.
+GRAPH_WARMUP_RUNS = 3
 
 
 @dataclasses.dataclass
 class ONNXRuntimeBackendConfig(BackendConfig):
     """use_dynamo: export with torch.export (True) or the TorchScript tracer (False).
     execution_provider: None picks CUDA on a GPU device and CPU on the CPU.
-    opset_version: None uses the exporter's default."""
+    opset_version: None uses the exporter's default.
+    use_cuda_graphs: capture one CUDA graph per recorded batch size (CUDA EP's enable_cuda_graph); other
+        shapes run uncaptured.
+    provider_options: {provider ("cuda", "tensorrt", "cpu" or its full name): {option: value}}, e.g.
+        {"cuda": {"use_tf32": False}, "tensorrt": {"trt_fp16_enable": True}}; unknown keys are errors.
+    graph_optimization_level: ONNX Runtime's session level ("disable_all" ... "enable_all"), None: its default.
+    transformer_optimizer: a model type ("bert", "vit", ...) to run onnxruntime.transformers' optimizer
+        (fused attention, LayerNorm, GELU) on the exported model; None: off."""
 
     use_dynamo: bool = True
     execution_provider: ONNXExecutionProvider | None = None
     opset_version: int | None = None
+    use_cuda_graphs: bool = False
+    provider_options: dict = dataclasses.field(default_factory=dict)
+    graph_optimization_level: str | None = None
+    transformer_optimizer: str | None = None
 
     def __post_init__(self):
         if self.execution_provider is not None:
-            self.execution_provider = ONNXExecutionProvider(self.execution_provider)
+            self.execution_provider = provider_of(self.execution_provider)
+        self.provider_options = normalize_provider_options(self.provider_options)
+        check_graph_optimization_level(self.graph_optimization_level)
+        check_transformer_optimizer(self.transformer_optimizer)
+        if self.use_cuda_graphs and self.execution_provider == ONNXExecutionProvider.CPU:
+            raise ConfigError("use_cuda_graphs needs a GPU execution provider, not CPUExecutionProvider")
 
 
 class ONNXRuntimeBackend(Backend):
@@ -54,7 +80,11 @@ class ONNXRuntimeBackend(Backend):
         self._check_provider(device)   # before the export, which takes a while on a large model
         self._exported = export_onnx(module, samples, Path(workdir) / "model.onnx",
                                      use_dynamo=self.config.use_dynamo, opset_version=self.config.opset_version)
+        if self.config.transformer_optimizer:
+            self._optimize_transformer(device)
         self._open(device)
+        if self.config.use_cuda_graphs:
+            self._capture(samples)
 
     def _check_provider(self, device: torch.device) -> ONNXExecutionProvider:
         ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
@@ -64,32 +94,80 @@ class ONNXRuntimeBackend(Backend):
             extra = "onnx-gpu" if provider != ONNXExecutionProvider.CPU else "onnx"
             raise BuildError(f"ONNX Runtime has no {provider.value} here (available: {', '.join(available)}); "
                              f"install aitune-ray[{extra}] or choose another execution provider")
+        if (provider == ONNXExecutionProvider.CPU) != (device.type == "cpu"):
+            raise BuildError(f"{provider.value} cannot serve tensors on {device}: IO binding keeps them where "
+                             "they are, so the execution provider must match the device")
+        if self.config.use_cuda_graphs and provider == ONNXExecutionProvider.CPU:
+            raise BuildError("use_cuda_graphs needs a CUDA device and a GPU execution provider")
         return provider
+
+    def _optimize_transformer(self, device: torch.device) -> None:
+        require("onnxruntime.transformers.optimizer", "onnx", "ONNXRuntimeBackend(transformer_optimizer=...)")
+        from onnxruntime.transformers import optimizer
+
+        path = self._exported.path
+        large = len(self._exported.files()) > 1
+        try:
+            model = optimizer.optimize_model(str(path), model_type=self.config.transformer_optimizer,
+                                             use_gpu=device.type == "cuda")
+            fused = {k: v for k, v in model.get_fused_operator_statistics().items() if v}
+            _drop_unused_opsets(model.model)
+            model.save_model_to_file(str(path), use_external_data_format=large, all_tensors_to_one_file=True)
+        except Exception as exc:
+            raise BuildError(f"ONNX Runtime's transformer optimizer ({self.config.transformer_optimizer}) failed "
+                             f"on {path.name}: {type(exc).__name__}: {exc}") from exc
+        logger.info("transformer optimizer (%s) fused %s", self.config.transformer_optimizer, fused or "nothing")
 
     def _open(self, device: torch.device) -> None:
         ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
         provider = self._check_provider(device)
-        providers = [provider.value]
-        options = [{}]  # one entry per provider, or ONNX Runtime rejects the list and retries with its own
-        if provider != ONNXExecutionProvider.CPU:
-            options = [{"device_id": device.index or 0}]
-        if provider == ONNXExecutionProvider.TENSORRT:
-            providers.append(ONNXExecutionProvider.CUDA.value)
-            options.append({"device_id": device.index or 0})
-        session = ort.InferenceSession(str(self._exported.path), providers=providers,
-                                       provider_options=options or None)
+        stream = torch.cuda.Stream(device=device) if device.type == "cuda" else None
+        try:
+            session = self._session_on(ort, provider, device, stream)
+        except BuildError as first:
+            if stream is None:
+                raise
+            # a session that cannot take the caller's stream still runs, ordered by host synchronizations
+            logger.warning("ONNX Runtime did not take a compute stream (%s); runs synchronize on the host", first)
+            stream = None
+            session = self._session_on(ort, provider, device, None)
+        self._stream = stream
+        self._session = session
+        graph_sizes = (self._exported.batch_sizes or [1]) if self.config.use_cuda_graphs else None
+        dynamic = [n for n in self._exported.graph_inputs if n in self._exported.dynamic_axes]
+        self._bound = BoundSession(ort, session, device, stream, graph_sizes, dynamic)
+
+    def _session_on(self, ort, provider: ONNXExecutionProvider, device: torch.device, stream):
+        providers, options = session_providers(
+            provider, self.config.provider_options, device_index(device), stream.cuda_stream if stream else None,
+            self.config.use_cuda_graphs, self._exported.path.parent, tf32=torch.backends.cuda.matmul.allow_tf32)
+        try:
+            # one options entry per provider, or ONNX Runtime rejects the list and retries with its own
+            session = ort.InferenceSession(str(self._exported.path),
+                                           sess_options=session_options(ort, self.config.graph_optimization_level),
+                                           providers=providers, provider_options=options)
+        except Exception as exc:
+            why = " with CUDA graphs (every node must run on the CUDA EP, no control flow)" \
+                if self.config.use_cuda_graphs else ""
+            raise BuildError(f"ONNX Runtime could not open {self._exported.path.name} on {provider.value}{why}: "
+                             f"{type(exc).__name__}: {exc}") from exc
         if provider.value not in session.get_providers():  # never fall back to the CPU silently
             raise BuildError(f"ONNX Runtime session did not take {provider.value} (it has "
                              f"{session.get_providers()})")
-        self._session = session
-        self._feed_names = [i.name for i in session.get_inputs()]
+        return session
+
+    def _capture(self, samples: SampleStore) -> None:
+        """Capture each recorded batch size's graph now, so that a model ONNX Runtime cannot capture fails
+        its build rather than its first call."""
+        for batch in samples.batch_sizes():
+            sample = samples.first_of_batch_size(batch).to(self.device)
+            for _ in range(GRAPH_WARMUP_RUNS):
+                self._bound.run(flat_inputs(sample.args, sample.kwargs))
+        torch.cuda.synchronize(self.device)
+        logger.info("CUDA graphs for batch sizes %s", self._bound.graphs_captured)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        by_name = flat_inputs(args, kwargs)
-        feed = {n: by_name[n].detach().cpu().numpy() for n in self._feed_names}
-        outputs = self._session.run(None, feed)
-        leaves = [torch.from_numpy(np.ascontiguousarray(o)).to(self.device) for o in outputs]
-        return self._exported.unflatten(leaves)
+        return self._exported.unflatten(self._bound.run(flat_inputs(args, kwargs)))
 
     def _state(self) -> dict:
         return {"exported": self._exported.to_dict()}
@@ -100,3 +178,21 @@ class ONNXRuntimeBackend(Backend):
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
         self._exported = ExportedModel.from_dict(state["exported"], Path(artifacts["model.onnx"]))
         self._open(device)
+
+
+def _drop_unused_opsets(model) -> None:
+    """Keep only the operator sets the graph uses: ONNX Runtime's optimizer imports every domain it knows
+    (its preview, training and ATen ones too), which a checkpoint load would take for custom-op libraries."""
+    used = {""}
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            used.add(node.domain)
+            for attribute in node.attribute:
+                graphs += ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+    for function in model.functions:
+        used.update(node.domain for node in function.node)
+    keep = [o for o in model.opset_import if o.domain in used]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
