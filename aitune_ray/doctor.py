@@ -13,8 +13,10 @@ import importlib.metadata
 import importlib.util
 import logging
 import platform
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -74,15 +76,22 @@ def gpus() -> tuple[list[dict], str]:
 
 
 def driver_version() -> str:
+    """The NVIDIA driver's version: from nvidia-smi, else the kernel module's /proc file, else ""."""
     smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ""
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        if out:
+            return out.splitlines()[0].strip()
     try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
         return ""
-    return out.strip().splitlines()[0].strip() if out.strip() else ""
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
+    return match.group(1) if match else ""
 
 
 def backend_classes() -> list[type]:
