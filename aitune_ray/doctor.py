@@ -30,11 +30,13 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], str]] = {
     "torchao": (("torchao",), "torchao"),
     "tensorrt": (("tensorrt", "tensorrt-cu12", "tensorrt-cu13"), "tensorrt"),
     "torch_tensorrt": (("torch-tensorrt", "torch_tensorrt"), "torch-tensorrt"),
-    "modelopt": (("nvidia-modelopt",), "tensorrt"),
+    "modelopt": (("nvidia-modelopt",), "modelopt"),
     "sageattention": (("sageattention",), "sage"),
     "flash_attn.cute": (("flash-attn-4", "fa4"), ""),
     "flash_attn": (("flash-attn", "flash_attn"), ""),
 }
+#: Distribution names that the backends' library lists use, by the import name checked here.
+IMPORT_NAMES = {"nvidia-modelopt": "modelopt", "torch-tensorrt": "torch_tensorrt", "onnxruntime-gpu": "onnxruntime"}
 #: Backends that run on CUDA only (the rest run on CPU too).
 GPU_ONLY = ("TensorRT", "TorchTensorRT")
 
@@ -107,10 +109,10 @@ def backend_libraries(cls: type) -> tuple[str, ...]:
     checkpoint format's list for its module."""
     declared = getattr(cls, "libraries", None)
     if isinstance(declared, (list, tuple)):
-        return tuple(declared)
+        return tuple(IMPORT_NAMES.get(lib, lib) for lib in declared)
     from aitune_ray.checkpoint.format import BACKEND_LIBRARIES
 
-    return tuple(BACKEND_LIBRARIES.get(cls.__module__, ()))
+    return tuple(IMPORT_NAMES.get(lib, lib) for lib in BACKEND_LIBRARIES.get(cls.__module__, ()))
 
 
 def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:

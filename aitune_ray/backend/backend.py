@@ -153,6 +153,11 @@ class Backend(ABC):
         """Recreate from spec(); a backend whose spec() holds more than its config overrides both."""
         return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
 
+    def check_kernel_plan(self, plan: Any) -> None:
+        """Called by KernelSelectorBackend before this backend, as its delegate, builds or restores the module
+        with plan (a KernelOptimizationPlan) applied: raise to refuse a plan it cannot build; a backend may
+        also adapt how it builds. The default accepts every plan."""
+
     # ----- lifecycle ------------------------------------------------------------------
     def build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> "Backend":
         """Build for module on device, using the recorded samples. Leaves the backend ACTIVE."""

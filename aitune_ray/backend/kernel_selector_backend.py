@@ -194,6 +194,7 @@ class KernelSelectorBackend(Backend):
             state, _ = self._restoring
             self.plan = KernelOptimizationPlan.from_dict(state.get("kernel_plan") or {})
             logger.info("restoring %s with kernel plan: %s", self.delegate.name, self.plan.describe())
+            self.delegate.check_kernel_plan(self.plan)
             self.delegate.restore(self.plan.wrap(module), state.get("delegate_state") or {}, {}, device,
                                   Path(workdir) / "delegate")
             return
@@ -206,6 +207,7 @@ class KernelSelectorBackend(Backend):
             logger.warning("%s: no recorded samples to profile, so no kernel is replaced", self.name)
             self.plan = KernelOptimizationPlan()
         logger.info("kernel plan: %s; building %s", self.plan.describe(), self.delegate.describe())
+        self.delegate.check_kernel_plan(self.plan)
         self.delegate.build(self.plan.wrap(module), samples, device, Path(workdir) / "delegate")
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:

@@ -124,8 +124,11 @@ class _Step:
 
 
 def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, use_dynamo: bool = True,
-                opset_version: int | None = None) -> ExportedModel:
-    """Export module to path (model.onnx) from its recorded samples; see the module docstring."""
+                opset_version: int | None = None,
+                input_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
+    """Export module to path (model.onnx) from its recorded samples; see the module docstring.
+    input_axes: the inputs' dynamic axes ({input name: {axis: symbol}}) instead of the batch axes
+    (TensorRT passes every axis its optimization profiles let vary)."""
     path = Path(path)
     step = _Step(type(module).__name__)
     with step("prepare"):
@@ -140,6 +143,8 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
         if not all(isinstance(leaf, torch.Tensor) for leaf in out_leaves):
             raise ValueError("every output leaf must be a tensor for an ONNX model")
         in_axes, out_axes = batch_axes(samples)
+        if input_axes is not None:
+            in_axes = {name: dict(axes) for name, axes in input_axes.items() if axes}
         outputs = [output_name(i) for i in range(len(out_leaves))]
         path.parent.mkdir(parents=True, exist_ok=True)
     with step("export"):
@@ -182,8 +187,8 @@ def _one_data_file(onnx, path: Path) -> None:
 
 
 def _check(onnx, path: Path, inputs: dict[str, torch.Tensor], in_axes: dict) -> list[str]:
-    """The model is valid ONNX, its inputs are call inputs, and each has the shape its sample had (the batch
-    axis symbolic where it is dynamic). Returns the graph's input names."""
+    """The model is valid ONNX, its inputs are call inputs, and each has the shape its sample had (its
+    dynamic axes symbolic). Returns the graph's input names."""
     onnx.checker.check_model(str(path))        # a path, so that models over 2 GB are checked too
     graph = onnx.load(str(path), load_external_data=False).graph
     names = []
@@ -193,8 +198,8 @@ def _check(onnx, path: Path, inputs: dict[str, torch.Tensor], in_axes: dict) -> 
         dims = value.type.tensor_type.shape.dim
         want: list = list(inputs[value.name].shape)
         got = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-        if value.name in in_axes:
-            want[0] = None
+        for axis in in_axes.get(value.name, {}):
+            want[axis] = None
         if got != want:
             raise ValueError(f"graph input {value.name!r} has shape {got}, expected {want} "
                              "(None: a dynamic axis)")

@@ -34,8 +34,9 @@ CHUNK = 1 << 20
 BACKEND_LIBRARIES = {
     "aitune_ray.backend.onnx_runtime": ("onnxruntime", "onnx"),
     "aitune_ray.backend.torchao_backend": ("torchao",),
-    "aitune_ray.backend.tensorrt": ("tensorrt",),
-    "aitune_ray.backend.torch_tensorrt": ("torch_tensorrt", "tensorrt"),
+    "aitune_ray.backend.tensorrt_backend": ("tensorrt", "nvidia-modelopt"),
+    "aitune_ray.backend.torch_tensorrt_jit": ("torch_tensorrt", "tensorrt"),
+    "aitune_ray.backend.torch_tensorrt_aot": ("torch_tensorrt", "tensorrt"),
 }
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")

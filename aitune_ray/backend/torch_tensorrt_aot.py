@@ -1,0 +1,139 @@
+"""TorchTensorRTAotBackend: torch.export, torch_tensorrt.dynamo.compile, saved with torch_tensorrt.save.
+
+The export and the TensorRT inputs share one range per dynamic axis, from the recorded shapes (one
+dynamic profile, tensorrt_profiles): ``torch.export.Dim`` objects for the export (axes of equal sizes
+in every sample share one, as inputs sharing a batch must) and ``torch_tensorrt.Input(min_shape,
+opt_shape, max_shape)`` for the engines. The artifact is torch-tensorrt's ExportedProgram archive
+(``model.ep``), loaded with ``torch_tensorrt.load``.
+
+As a KernelSelector delegate, a plan with SageAttention is refused before anything is built: its
+Triton kernels have no TensorRT converter, and an exported program with them inlined cannot be saved
+and loaded as one artifact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.onnx_export import input_name
+from aitune_ray.backend.tensorrt_profiles import ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes
+from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
+from aitune_ray.backend.torch_tensorrt_jit import nested_compile_config
+from aitune_ray.errors import BuildError, ConfigError
+from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
+from aitune_ray.samples import Sample, SampleStore, map_structure
+
+logger = logging.getLogger(__name__)
+
+ARTIFACT = "model.ep"
+
+
+@dataclasses.dataclass
+class TorchTensorRTAotBackendConfig(BackendConfig):
+    """compile_config: Torch-TensorRT settings (TorchTensorRTConfig)."""
+
+    compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
+
+    def __post_init__(self) -> None:
+        self.compile_config = nested_compile_config(self.compile_config)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "compile_config": self.compile_config.to_dict()}
+
+
+def _leaves_by_name(sample: Sample, fn) -> tuple[tuple, dict]:
+    """(args, kwargs) of sample with every tensor leaf t replaced by fn(ONNX-style input name, t)."""
+    counter = itertools.count()
+    return map_structure((tuple(sample.args), dict(sample.kwargs)), lambda t: fn(input_name(next(counter)), t))
+
+
+def export_dynamic_shapes(module: nn.Module, sample: Sample, profile: TensorRTProfile) -> dict:
+    """torch.export dynamic_shapes by forward parameter name: one Dim per distinct dynamic range."""
+    symbols = dynamic_axes([profile])
+    dims: dict[str, Any] = {}
+
+    def spec(name: str, tensor: torch.Tensor):
+        axes = symbols.get(name)
+        if not axes:
+            return None
+        low, _, high = profile.shapes[name]
+        out = {}
+        for axis, symbol in axes.items():
+            if symbol not in dims:
+                dims[symbol] = torch.export.Dim(symbol, min=max(low[axis], 1), max=high[axis])
+            out[axis] = dims[symbol]
+        return out
+
+    args, kwargs = _leaves_by_name(sample, spec)
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    return dict(bound.arguments)
+
+
+def export_program(module: nn.Module, samples: SampleStore) -> tuple[Any, TensorRTProfile, Sample]:
+    """torch.export of module on its largest recorded sample, every varying axis dynamic over its
+    recorded range. Returns (ExportedProgram, the dynamic profile, the sample exported on)."""
+    profile = derive_profiles(samples, ProfileMode.SINGLE)[0]
+    sample = max(samples, key=lambda s: s.batch_size)
+    shapes = export_dynamic_shapes(module, sample, profile) if not profile.is_static else None
+    program = torch.export.export(module, tuple(sample.args), dict(sample.kwargs), dynamic_shapes=shapes,
+                                  strict=False)
+    return program, profile, sample
+
+
+class TorchTensorRTAotBackend(Backend):
+    config_class = TorchTensorRTAotBackendConfig
+    is_jit = False
+    build_cost = 5.0   # export, TensorRT engine builds, then a save and a load
+
+    def check_kernel_plan(self, plan: KernelOptimizationPlan) -> None:
+        if uses_sage_attention(plan):
+            raise ConfigError(
+                f"{self.name} cannot build a module whose kernel plan uses SageAttention: its Triton kernels "
+                "have no TensorRT converter and cannot be saved inside a Torch-TensorRT exported program. Use "
+                "TorchTensorRTJitBackend as the delegate (SageAttention then stays in PyTorch), or leave "
+                "SageAttentionKernelProvider out of kernel_providers")
+
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        library = torch_tensorrt(self.name)
+        if device.type != "cuda":
+            raise BuildError(f"{self.name} builds for a CUDA device, not {device}")
+        program, profile, sample = export_program(module.eval(), samples)
+
+        def trt_input(name: str, tensor: torch.Tensor):
+            low, opt, high = profile.shapes[name]
+            return library.Input(min_shape=low, opt_shape=opt, max_shape=high, dtype=tensor.dtype, name=name)
+
+        arg_inputs, kwarg_inputs = _leaves_by_name(sample, trt_input)
+        settings = self.config.compile_config.settings(library)
+        settings["device"] = library.Device(f"cuda:{device.index or 0}")
+        compiled = library.dynamo.compile(program, arg_inputs=list(arg_inputs), kwarg_inputs=kwarg_inputs, **settings)
+        self._path = Path(workdir) / ARTIFACT
+        # retrace=False: the graph and its symbolic shapes are saved as compiled, not exported again
+        library.save(compiled, str(self._path), output_format="exported_program", retrace=False)
+        del compiled
+        self._open(device)   # run what the checkpoint will hold, not the in-memory module
+
+    def _open(self, device: torch.device) -> None:
+        library = torch_tensorrt(self.name)
+        self._module = library.load(str(self._path)).module().to(device)
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        return self._module(*args, **kwargs)
+
+    def _artifacts(self) -> dict[str, Path]:
+        return {ARTIFACT: self._path}
+
+    def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
+        if ARTIFACT not in artifacts:
+            raise ConfigError(f"{self.name} checkpoint lacks its {ARTIFACT} artifact")
+        self._path = Path(artifacts[ARTIFACT])
+        self._open(device)

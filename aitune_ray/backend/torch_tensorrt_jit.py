@@ -1,0 +1,87 @@
+"""TorchTensorRTJitBackend: torch.compile(backend="torch_tensorrt", options=...).
+
+Dynamo hands each captured graph to Torch-TensorRT, which partitions it: runs of at least
+``min_block_size`` convertible ops become TensorRT engines, the rest stays in PyTorch. Nothing is stored
+in a checkpoint but the recipe; loading compiles again (at the first call).
+
+As a KernelSelector delegate with SageAttention in the plan: SageAttention's Triton kernels have no
+TensorRT converter and stay in PyTorch beside the TensorRT partitions; the compile then uses
+``min_block_size=1``, so that the projections between two attention calls (a lone matmul is a block of
+one) still become TensorRT engines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
+from aitune_ray.errors import BuildError, ConfigError
+from aitune_ray.frames import own_frame
+from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
+from aitune_ray.samples import SampleStore
+
+logger = logging.getLogger(__name__)
+
+
+def nested_compile_config(value: Any) -> TorchTensorRTConfig:
+    if isinstance(value, dict):
+        return TorchTensorRTConfig.from_dict(value)
+    if not isinstance(value, TorchTensorRTConfig):
+        raise ConfigError(f"compile_config must be a TorchTensorRTConfig or its to_dict(), not {type(value).__name__}")
+    return value
+
+
+@dataclasses.dataclass
+class TorchTensorRTJitBackendConfig(BackendConfig):
+    """compile_config: Torch-TensorRT settings. fullgraph / dynamic: torch.compile's arguments."""
+
+    compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
+    fullgraph: bool = False
+    dynamic: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.compile_config = nested_compile_config(self.compile_config)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "compile_config": self.compile_config.to_dict()}
+
+
+class TorchTensorRTJitBackend(Backend):
+    config_class = TorchTensorRTJitBackendConfig
+    is_jit = True
+    build_cost = 3.0   # Dynamo capture, then a TensorRT engine build per partition
+
+    def __init__(self, config: TorchTensorRTJitBackendConfig | None = None):
+        super().__init__(config)
+        self._min_block_size: int | None = None
+
+    def check_kernel_plan(self, plan: KernelOptimizationPlan) -> None:
+        if uses_sage_attention(plan):
+            logger.info("%s: SageAttention stays in PyTorch; compiling with min_block_size=1", self.name)
+            self._min_block_size = 1
+
+    def compile_options(self, library: Any, device: torch.device) -> dict:
+        options = self.config.compile_config.settings(library, self._min_block_size)
+        options["device"] = device
+        return options
+
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        library = torch_tensorrt(self.name)   # registers the "torch_tensorrt" torch.compile backend
+        if device.type != "cuda":
+            raise BuildError(f"{self.name} builds for a CUDA device, not {device}")
+        self._compiled = torch.compile(own_frame(module, f"trt_jit_{type(module).__name__}"),
+                                       backend="torch_tensorrt", options=self.compile_options(library, device),
+                                       fullgraph=self.config.fullgraph, dynamic=self.config.dynamic)
+        with torch.no_grad():   # compile now, on every recorded sample, so the build pays for it
+            for sample in samples:
+                self._compiled(*sample.args, **sample.kwargs)
+
+    def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*args, **kwargs)
