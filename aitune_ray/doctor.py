@@ -121,7 +121,7 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
     for cls in backend_classes():
         name = cls.__name__
         needs = backend_libraries(cls)
-        missing = [lib for lib in needs if not libraries.get(lib, library_status(lib))["ok"]]
+        missing = [lib for lib in needs if not (libraries.get(lib) or library_status(lib))["ok"]]
         devices = [] if missing else (["cuda"] if cuda else []) + ([] if name.startswith(GPU_ONLY) else ["cpu"])
         if name.startswith("ONNXRuntime") and cuda and not missing:
             providers = libraries.get("onnxruntime", {}).get("providers", [])
@@ -131,7 +131,9 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
         extras = sorted({LIBRARIES.get(lib, ((), ""))[1] for lib in needs if lib in missing} - {""})
         if missing and name.startswith("ONNXRuntime") and cuda:
             extras = ["onnx-gpu"]
-        install = " ".join(f"pip install 'aitune-ray[{extra}]'" for extra in extras)
+        if not cuda and name.startswith(GPU_ONLY):
+            missing = missing + ["a CUDA GPU"]
+        install = "pip install " + " ".join(f"'aitune-ray[{extra}]'" for extra in extras) if extras else ""
         verdicts.append({"name": name, "devices": devices, "missing": missing, "install": install})
     return verdicts
 
