@@ -201,3 +201,21 @@ def test_render_run_file_from_a_hand_written_run(tmp_path):
     text = written["md"].read_text()
     assert "**kernel plan of KernelSelectorBackend**" in text and "Stayed eager: no samples" in text
     assert set(written) == {"md", "html", "throughput"}    # the JSON itself is not rewritten; no events, no timeline
+
+
+def test_module_wide_tasks_are_drawn_in_grey_under_their_phase(tmp_path):
+    """The baseline and the re-measure carry no candidate: their bars are named by phase, in grey."""
+    from aitune_ray.report.plots import EAGER_COLOUR, label
+
+    where = {"module": "m", "key": "", "backend": "", "node": "n", "gpu": "NVIDIA H200 #0"}
+    events = [dict(where, task="baseline", event="measuring", time=1.0),
+              dict(where, task="baseline", event="done", status="ok", time=2.0),
+              dict(where, task="remeasure", event="remeasuring", time=3.0),
+              dict(where, task="remeasure", event="done", status="ok", time=4.0)]
+    bars = spans(events)
+    assert [(label(s), s.row) for s in bars] == [("baseline (m)", "NVIDIA H200 #0 @ n"), ("re-measure (m)", "NVIDIA H200 #0 @ n")]
+    from aitune_ray.report.plots import timeline_png
+
+    png = timeline_png(bars)
+    assert png and png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert EAGER_COLOUR.startswith("#")

@@ -14,7 +14,7 @@ from typing import Any
 from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
-BASELINE = "TorchEager (baseline)"
+CONFIG_CHARS = 160   # a config longer than this is cut in the table (the JSON keeps all of it)
 _BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline")
 #: Row keys that the candidates table shows in columns of its own.
 _SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
@@ -116,7 +116,8 @@ def candidate_table(report: ModuleReport, host: str = "") -> tuple[list[str], li
     head += ["build s", "node", "GPU", *extra, "error / note", "log"]
     table = []
     for row in rows:
-        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), row["config"], row["status"],
+        config = row["config"] if len(row["config"]) <= CONFIG_CHARS else row["config"][:CONFIG_CHARS] + " ..."
+        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), config, row["status"],
                  f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})", _num(row["speedup"], "x")]
         cells += [speedup_text(row, bs) for bs in sizes]
         cells += [f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}" for bs in sizes]
