@@ -219,3 +219,17 @@ def test_module_wide_tasks_are_drawn_in_grey_under_their_phase(tmp_path):
     png = timeline_png(bars)
     assert png and png[:8] == b"\x89PNG\r\n\x1a\n"
     assert EAGER_COLOUR.startswith("#")
+
+
+def test_a_job_without_a_report_path_writes_it_next_to_the_checkpoint(tmp_path):
+    import yaml
+
+    from tests.report_helpers import quick_job
+
+    job = quick_job(tmp_path)
+    data = yaml.safe_load(job.read_text())
+    del data["report"]
+    job.write_text(yaml.safe_dump(data))
+    assert main(["tune", "-q", str(job)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("mlp*")) == ["mlp-throughput.png", "mlp-timeline.png", "mlp.ait",
+                                                             "mlp.html", "mlp.json", "mlp.md"]
