@@ -37,16 +37,16 @@ def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
 def test_markdown_has_a_row_per_candidate(quick_report):
     text = quick_report.read_text()
     head = table_rows(text, "backend")[0]
-    for column in ("status", "correctness error (tolerance)", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
+    for column in ("status", "correctness error (tolerance)", "speedup [interval]", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
                    "node", "GPU", "error / note", "log"):
         assert column in head, column
     (eager,) = table_rows(text, "TorchEager (baseline)")
     (failed,) = table_rows(text, "RaisingBackend")
     (chosen,) = table_rows(text, "TorchEagerBackend (chosen)")
-    assert eager[head.index("status")] == "ok" and eager[head.index("speedup")] == "1x"
+    assert eager[head.index("status")] == "ok" and eager[head.index("speedup [interval]")] == "1x"
     assert failed[head.index("status")] == "error"
     assert "this backend always fails to build" in failed[head.index("error / note")]
-    assert chosen[head.index("status")] == "ok" and chosen[head.index("speedup")].endswith("x")
+    assert chosen[head.index("status")] == "ok" and chosen[head.index("speedup [interval]")].endswith("x")
     assert float(chosen[head.index("bs16 p50/p90 ms")].split("/")[0]) > 0
     assert "Decision: chose TorchEagerBackend" in text
     assert "![timeline](mlp-timeline.png)" in text and "driver's wall clock" in text
@@ -160,7 +160,7 @@ def small_report() -> ModuleReport:
         {"function": "scaled_dot_product_attention", "description": "sage", "source": "provider",
          "status": "unsupported", "error": "sageattention is not installed", "gpu": "g0"}]}
     data = {"module": "enc", "strategy": "MaxThroughputStrategy", "device": "cuda", "call_mix": {"2": 3},
-            "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend",
+            "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend", "speedups": {"k1": 2.0},
             "results": [{"key": "k1", "backend": "KernelSelectorBackend", "spec": {"type": "x:KernelSelectorBackend"},
                          "status": "ok", "timings": {"2": fast}, "node": "n", "gpu": "g0", "log_path": "/logs/a.log",
                          "state": {"kernel_plan": plan}}]}
@@ -173,7 +173,8 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
     def rows_with_intervals(self):
         rows = original(self)
         for row in rows[1:]:
-            row.update(speedup_lo_bs2=1.8, speedup_hi_bs2=2.2, verdict="faster at every batch size")
+            row.update(speedup_low_bs2=1.8, speedup_high_bs2=2.2, speedup_low=1.7, speedup_high=2.1,
+                       ms_per_call_bs2=0.9, raw_ms_per_call_bs2=1.1, verdict="faster at every batch size")
         return rows
 
     monkeypatch.setattr(ModuleReport, "rows", rows_with_intervals)
@@ -181,6 +182,8 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
     assert "verdict" in head
     chosen = rows[1]
     assert chosen[head.index("bs2 speedup [interval]")] == "2x [1.8, 2.2]"
+    assert chosen[head.index("speedup [interval]")] == "2x [1.7, 2.1]"
+    assert chosen[head.index("bs2 ms/call")] == "0.9" and "raw_ms_per_call_bs2" not in head
     assert chosen[head.index("verdict")] == "faster at every batch size"
     assert chosen[head.index("log")] == "/logs/a.log" and chosen[head.index("node")] == "n"
 
