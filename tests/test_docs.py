@@ -43,7 +43,12 @@ def test_python_block_runs(doc, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
     monkeypatch.syspath_prepend(str(REPO))
-    exec(compile(code, f"{doc} (python block)", "exec"), {"__name__": "__doc_block__"})
+    try:
+        exec(compile(code, f"{doc} (python block)", "exec"), {"__name__": "__doc_block__"})
+    finally:   # a block that started Ray (an executor it made itself) leaves none behind
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 def test_the_job_file_reference_is_the_schemas():
