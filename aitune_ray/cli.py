@@ -288,7 +288,7 @@ def check_checkpoint(job, root, output: Path, device) -> dict:
     try:
         fresh, _ = wrap_modules(job.make_model(), job.module_specs())
         move_to(fresh, device)
-        fresh = ait.load(fresh, output)
+        fresh = ait.load(fresh, output, allow_native_code=True)   # the file this run has just written
         item = next(iter(on_device(job.make_data(), device)))
         with torch.no_grad():
             expected = call_with(root, item)

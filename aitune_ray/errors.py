@@ -67,3 +67,11 @@ class CheckpointMismatchError(CheckpointError):
 
 class CheckpointVersionError(CheckpointError):
     """The checkpoint was written by a newer format version."""
+
+
+class UnknownClassError(CheckpointError):
+    """A checkpoint names a backend or kernel provider class that is neither registered nor allowed."""
+
+
+class CheckpointSignatureError(CheckpointError):
+    """A signing key was given and the checkpoint is unsigned or its HMAC does not match."""

@@ -1,4 +1,6 @@
-"""Job files for the aitune-ray command: the schema, its validation, and turning a job into objects.
+"""Job files for the aitune-ray command: the schema, its checks, and turning a job into objects.
+
+The generic validator is aitune_ray/validate.py; wrapping the named submodules is aitune_ray/wrapping.py.
 
 A job file is YAML (or JSON). Every key is checked before any work starts; a problem is a ConfigError
 whose message starts with the key path, e.g. ``strategy.min_speedup_ratio: expected a number, got str``.
@@ -8,15 +10,17 @@ Paths in the file are relative to the current working directory.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib
 import re
-import types
-import typing
 from pathlib import Path
 from typing import Any, Callable
 
 from aitune_ray.errors import ConfigError
+from aitune_ray.validate import bounded, from_data, kind_of
+from aitune_ray import wrapping
+
+__all__ = ["Job", "ModuleSpec", "StrategySpec", "BackendSpec", "ExecutorSpec", "load_job", "parse_job",
+           "wrap_modules", "move_to"]
 
 STRATEGIES = {
     "MaxThroughput": "MaxThroughputStrategy",
@@ -34,17 +38,17 @@ class ModuleSpec:
 
     path: str = ""
     name: str | None = None
-    max_samples: int = 64
+    max_samples: int = bounded(64, 1, 1_000_000)
 
 
 @dataclasses.dataclass
 class StrategySpec:
     type: str = "MaxThroughput"
     performance_validation: bool = True
-    min_speedup_ratio: float = 0.01
-    noise_tolerance: float = 0.03
+    min_speedup_ratio: float = bounded(0.01, 0, 100)
+    noise_tolerance: float = bounded(0.03, 0, 1)
     tolerance: float | dict[str, float] | None = None
-    remeasure_margin: float = 0.10          # MaxThroughput only
+    remeasure_margin: float = bounded(0.10, 0, 10)          # MaxThroughput only
     measure: dict[str, Any] = dataclasses.field(default_factory=dict)   # MeasureConfig fields
 
 
@@ -60,15 +64,15 @@ class ExecutorSpec:
 
     type: str = "ray"
     address: str | None = None
-    gpus_per_actor: float = 1
-    cpus_per_actor: float = 1
-    max_actors: int | None = None
-    task_timeout_s: float = 1800.0
-    max_actor_restarts: int = 3
+    gpus_per_actor: float = bounded(1, 0, 1024)
+    cpus_per_actor: float = bounded(1, 0, 4096)
+    max_actors: int | None = bounded(None, 1, 100_000)
+    task_timeout_s: float = bounded(1800.0, 0.001, 30 * 86400)
+    max_actor_restarts: int = bounded(3, 0, 10_000)
     artifact_dir: str | None = None
-    inline_artifact_limit_mb: int = 256
+    inline_artifact_limit_mb: int = bounded(256, 0, 1 << 20)
     log_dir: str | None = None
-    remeasure_rounds: int = 30
+    remeasure_rounds: int = bounded(30, 1, 100_000)
 
     def ray_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("type", "address")}
@@ -153,27 +157,52 @@ class Job:
 # ----- loading and validation ------------------------------------------------------------------------
 def load_job(path: str | Path) -> Job:
     """Read and check a job file. Raises ConfigError naming the key path of the first problem."""
-    import yaml
-
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    data = parse_yaml(text, str(path))
     job = parse_job(data)
     if job.output is None:
         job.output = f"{path.stem}.ait"
     return job
 
 
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML (or JSON) text as plain data. A syntax error or a key given twice is a one-line ConfigError."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool, type(None))):
+                raise ConfigError(f"{where}: line {key_node.start_mark.line + 1}: a key must be a plain value")
+            if key in seen:
+                raise ConfigError(f"{key}: given twice ({where}, line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=True)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        raise ConfigError(f"{where} is not valid YAML{at}: {problem}") from None
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise ConfigError(f"{where} is not valid YAML: {' '.join(str(exc).split())[:200]}") from None
+
+
 def parse_job(data: Any) -> Job:
     """Check a job given as plain data (a parsed YAML mapping) and return it as a Job."""
     if not isinstance(data, dict):
-        raise ConfigError(f"a job file holds a mapping of keys, got {_kind(data)}")
+        raise ConfigError(f"a job file holds a mapping of keys, got {kind_of(data)}")
     job = from_data(Job, data, "")
     job.modules = [m if isinstance(m, ModuleSpec) else ModuleSpec(path=m) for m in job.modules]
     if not job.modules:
@@ -186,7 +215,7 @@ def _check_job(job: Job) -> None:
     from aitune_ray.measure.timing import MeasureConfig
 
     for key in ("model", "data"):
-        import_object(getattr(job, key), key)
+        check_arguments(import_object(getattr(job, key), key), getattr(job, f"{key}_args"), f"{key}_args")
     paths = [m.path for m in job.module_specs()]
     for index, path in enumerate(paths):
         if paths.index(path) != index:
@@ -198,16 +227,12 @@ def _check_job(job: Job) -> None:
     for index, spec in enumerate(job.module_specs()):
         if spec.name is not None and names.count(spec.name) > 1:
             raise ConfigError(f"modules[{index}].name: {spec.name!r} is used twice")
-        if spec.max_samples < 1:
-            raise ConfigError(f"modules[{index}].max_samples: must be at least 1, got {spec.max_samples}")
     if job.strategy.type not in STRATEGIES:
         # the full class names work too
         full = {v: k for k, v in STRATEGIES.items()}
         if job.strategy.type not in full:
             raise ConfigError(f"strategy.type: unknown strategy {job.strategy.type!r}; one of {sorted(STRATEGIES)}")
         job.strategy.type = full[job.strategy.type]
-    if job.strategy.min_speedup_ratio < 0:
-        raise ConfigError("strategy.min_speedup_ratio: must be at least 0")
     from_data(MeasureConfig, job.strategy.measure, "strategy.measure")
     if job.backends is not None and not job.backends:
         raise ConfigError("backends: the list is empty (leave the key out for the default backends)")
@@ -220,6 +245,26 @@ def _check_job(job: Job) -> None:
             raise ConfigError(f"{key}: the path is empty")
     # Build the strategy once now: this imports and checks every backend class and config.
     job.make_strategy(device="cpu")
+
+
+def check_arguments(factory: Callable, arguments: dict, key: str) -> None:
+    """The factory takes the job's arguments, so that a misspelt or missing one stops the job before it starts."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # no signature to check against (a builtin): the call reports
+    try:
+        signature.bind(**arguments)
+    except TypeError as exc:
+        params = signature.parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            for name in arguments:
+                if name not in params:
+                    raise ConfigError(f"{key}.{name}: the factory takes no argument {name!r} (it takes "
+                                      f"{', '.join(params) or 'none'})") from None
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def check_import_path(value: str, key: str) -> None:
@@ -275,190 +320,11 @@ def make_config(cls: type, data: dict, key: str) -> Any:
         raise ConfigError(f"{key}: {exc}") from exc
 
 
-# ----- a small validator for dataclasses with type hints -----------------------------------------------
-def from_data(cls: type, data: Any, key: str, build: bool = True) -> Any:
-    """Check a mapping against dataclass cls (unknown keys, missing keys, types), then build it.
-
-    With build=False only the check is done (for classes whose own constructor converts values).
-    """
-    if not isinstance(data, dict):
-        raise ConfigError(f"{key or 'job'}: expected a mapping, got {_kind(data)}")
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # a user class whose annotations cannot be resolved: leave its checks to it
-        hints = {}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in data:
-        if name not in fields:
-            raise ConfigError(f"{_join(key, str(name))}: unknown key; known keys: {', '.join(fields)}")
-    values = {}
-    for name, field in fields.items():
-        if name not in data:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"{_join(key, name)}: required key is missing")
-            continue
-        values[name] = check_value(data[name], hints.get(name, Any), _join(key, name))
-    return cls(**values) if build else values
-
-
-def check_value(value: Any, tp: Any, key: str) -> Any:
-    """Check value against a type hint; return it converted (ints to floats, mappings to dataclasses)."""
-    if tp is Any or tp is object:
-        return value
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        for option in options:
-            if _matches(value, option):
-                return check_value(value, option, key)
-        raise ConfigError(f"{key}: expected {' or '.join(_describe(o) for o in options)}, got {_kind(value)}")
-    if not _matches(value, tp):
-        raise ConfigError(f"{key}: expected {_describe(tp)}, got {_kind(value)}")
-    if dataclasses.is_dataclass(tp):
-        return from_data(tp, value, key)
-    if tp is float:
-        return float(value)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return value
-    if origin is list:
-        (item,) = typing.get_args(tp) or (Any,)
-        return [check_value(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        key_type, item = typing.get_args(tp) or (Any, Any)
-        return {k: check_value(v, item, _join(key, str(k))) for k, v in value.items()}
-    return value
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    """Whether value is of the kind tp names (the outer kind only; check_value looks inside)."""
-    if tp is Any or tp is object:
-        return True
-    if tp is type(None) or tp is None:
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, dict)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return any(value == m.value or value == m.name or value is m for m in tp)
-    origin = typing.get_origin(tp) or tp
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, o) for o in typing.get_args(tp))
-    if origin is list:
-        return isinstance(value, list)
-    if origin is tuple:
-        return isinstance(value, (list, tuple))
-    if origin is dict:
-        return isinstance(value, dict)
-    if isinstance(origin, type):
-        return isinstance(value, origin)
-    return True
-
-
-def _describe(tp: Any) -> str:
-    if tp is type(None) or tp is None:
-        return "null"
-    if tp is bool:
-        return "a boolean"
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is str:
-        return "a string"
-    if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(repr(m.value) for m in tp)
-    origin = typing.get_origin(tp) or tp
-    if origin is list or origin is tuple:
-        return "a list"
-    if origin is dict:
-        return "a mapping"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return type(value).__name__
-
-
-def _join(key: str, name: str) -> str:
-    return f"{key}.{name}" if key else name
-
-
-# ----- wrapping the modules a job names -------------------------------------------------------------
 def wrap_modules(model: Any, specs: list[ModuleSpec], strategy_factory: Callable[[], Any] | None = None):
-    """Wrap the submodules named by specs in aitune_ray.Module, in place where they live.
-
-    Returns (root, modules): root is what to call (the model, or its wrapper when the whole model is
-    wrapped) and modules maps each name to its Module.
-    """
-    from torch import nn
-
+    """Wrap the submodules named by specs in aitune_ray.Module where they live: (root, {name: Module})."""
     from aitune_ray.module import Module
 
-    modules: dict[str, Module] = {}
-    root = model
-    for index, spec in enumerate(specs):
-        key = f"modules[{index}].path"
-        strategy = strategy_factory() if strategy_factory else None
-        if spec.path == "":
-            if not isinstance(model, nn.Module):
-                raise ConfigError(f"{key}: the model is a {type(model).__name__}, not a torch.nn.Module, so it "
-                                  "cannot be wrapped whole; list the submodules to wrap")
-            root = Module(model, name=spec.name, strategy=strategy, max_samples=spec.max_samples)
-            modules[root.name] = root
-            continue
-        parent, attr = _parent_of(model, spec.path, key)
-        target = _child(parent, attr)
-        if not isinstance(target, nn.Module):
-            raise ConfigError(f"{key}: {spec.path!r} is a {type(target).__name__}, not a torch.nn.Module")
-        wrapped = Module(target, name=spec.name or spec.path, strategy=strategy, max_samples=spec.max_samples)
-        if wrapped.name in modules:
-            raise ConfigError(f"modules[{index}].name: {wrapped.name!r} is used twice")
-        if isinstance(parent, list):
-            parent[int(attr)] = wrapped
-        else:
-            setattr(parent, attr, wrapped)
-        modules[wrapped.name] = wrapped
-    return root, modules
-
-
-def _child(obj: Any, attr: str) -> Any:
-    if isinstance(obj, (list, tuple)) and attr.isdigit():
-        return obj[int(attr)]
-    return getattr(obj, attr)
-
-
-def _parent_of(model: Any, path: str, key: str) -> tuple[Any, str]:
-    parts = path.split(".")
-    obj = model
-    walked = []
-    for depth, part in enumerate(parts):
-        try:
-            child = _child(obj, part)
-        except (AttributeError, IndexError):
-            where = ".".join(walked) or "the model"
-            raise ConfigError(f"{key}: {where} ({type(obj).__name__}) has no attribute {part!r}") from None
-        if depth == len(parts) - 1:
-            return obj, part
-        walked.append(part)
-        obj = child
-    raise ConfigError(f"{key}: empty path")  # not reached
+    return wrapping.wrap_modules(model, specs, strategy_factory, Module)
 
 
 def move_to(obj: Any, device) -> Any:

@@ -184,15 +184,24 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
     return report
 
 
-def save(obj: Any, path: str | Path) -> Path:
-    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file."""
+def save(obj: Any, path: str | Path, *, signing_key: bytes | str | None = None) -> Path:
+    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file.
+    With a signing_key (opt-in) the manifest is signed with HMAC-SHA256."""
     from aitune_ray.checkpoint import save_checkpoint
 
-    return save_checkpoint(obj, Path(path))
+    return save_checkpoint(obj, Path(path), signing_key=signing_key)
 
 
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj."""
+def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *, backends: tuple = (),
+         providers: tuple = (), signing_key: bytes | str | None = None, allow_native_code: bool = False) -> Any:
+    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
+
+    The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
+    Backend / KernelProvider classes passed in backends / providers. It never imports what it names.
+    With a signing_key, only a checkpoint signed with that key (save(..., signing_key=...)) loads. Artifacts
+    of compiled native code (AOTInductor packages) run code as they load: they load only from a checkpoint
+    signed with signing_key, or with allow_native_code=True."""
     from aitune_ray.checkpoint import load_checkpoint
 
-    return load_checkpoint(obj, Path(path), device_map=device_map)
+    return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers),
+                           signing_key=signing_key, allow_native_code=allow_native_code)

@@ -15,8 +15,8 @@ import torch
 import aitune_ray as ait
 from aitune_ray.backend import (ONNXAutoCastConfig, ProfileMode, TensorRTBackend, TensorRTBackendConfig,
                                 TensorRTProfile, TorchEagerBackend)
-from aitune_ray.backend.tensorrt_profiles import (derive_profiles, dynamic_axes, load_profiles, recorded_shapes,
-                                                  select_profile)
+from aitune_ray.backend.tensorrt_profiles import (derive_profiles, dynamic_axes, for_inputs, load_profiles,
+                                                  recorded_shapes, select_profile)
 from aitune_ray.errors import ConfigError, MissingDependencyError
 from aitune_ray.samples import Sample, SampleStore
 from tests.helpers import FAST_MEASURE, MLP
@@ -197,6 +197,14 @@ def test_prepare_exports_every_axis_the_profile_lets_vary(tmp_path):
     x = torch.randn(3, 5, 8)   # within the profile, a shape never recorded
     np.testing.assert_allclose(session.run(None, {"input_0": x.numpy()})[0], module(x).detach().numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_profiles_narrow_to_the_inputs_an_engine_has():
+    """An exporter may drop an input the graph never reads: the engine's profiles then name the others."""
+    profiles = derive_profiles(store((2, 8), (4, 8)), ProfileMode.SAMPLES_USED)
+    engine_profiles = for_inputs(profiles, ["input_0"])
+    assert [set(p.shapes) for p in engine_profiles] == [{"input_0"}, {"input_0"}]
+    assert select_profile(engine_profiles, {"input_0": (4, 8)}) == 1
 
 
 # ----- without TensorRT -------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
+from aitune_ray.imports import class_path, import_class  # noqa: F401 (import_class: for callers)
+from aitune_ray.registry import BACKENDS
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -51,10 +53,14 @@ class BackendConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BackendConfig":
+        """Check the names, then the types and sizes of plain values (aitune_ray.validate), then build."""
+        from aitune_ray.validate import check_plain_fields
+
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{cls.__name__} has no field {', '.join(unknown)}; fields: {sorted(known)}")
+        check_plain_fields(cls, data, cls.__name__)
         return cls(**data)
 
     def key(self) -> str:
@@ -76,29 +82,12 @@ class BackendState(str, enum.Enum):
     DEPLOYED = "deployed"
 
 
-def class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def import_class(path: str, base: type) -> type:
-    """Import 'package.module:Class' and check that it subclasses base (never unpickles)."""
-    module_name, _, qualname = path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"cannot import {path!r}: {exc}") from exc
-    if not (isinstance(obj, type) and issubclass(obj, base)):
-        raise ConfigError(f"{path!r} is not a {base.__name__} subclass")
-    return obj
-
-
 def require(module_name: str, extra: str, what: str) -> Any:
-    """Import an optional library, or raise MissingDependencyError naming the extra to install."""
+    """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
+    a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
     try:
         return importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, OSError) as exc:
         raise MissingDependencyError(module_name, extra, what) from exc
 
 
@@ -113,6 +102,10 @@ class Backend(ABC):
     #: Rough relative cost of a build (1 = a default torch.compile). Executors that run builds in
     #: parallel start the costly ones first, so that one long build does not end the schedule alone.
     build_cost: ClassVar[float] = 1.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        BACKENDS.add(cls)
 
     def __init__(self, config: BackendConfig | None = None):
         if config is None:
@@ -146,7 +139,7 @@ class Backend(ABC):
 
     @staticmethod
     def from_spec(spec: dict) -> "Backend":
-        return import_class(spec["type"], Backend)._from_spec(spec)
+        return BACKENDS.resolve(spec["type"], Backend)._from_spec(spec)
 
     @classmethod
     def _from_spec(cls, spec: dict) -> "Backend":

@@ -78,6 +78,7 @@ class ExportedModel:
     @classmethod
     def from_dict(cls, data: dict, path: Path) -> "ExportedModel":
         axes = {n: {int(a): v for a, v in ax.items()} for n, ax in data.get("dynamic_axes", {}).items()}
+        pytree.treespec_loads(data["output_spec"])  # a spec naming types unknown here fails now, not at a call
         return cls(Path(path), list(data["input_names"]), list(data["graph_inputs"]), list(data["output_names"]),
                    axes, data["output_spec"], list(data.get("batch_sizes", [])))
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import torch
 
 from aitune_ray.backend.backend import require
-from aitune_ray.backend.tensorrt_profiles import TensorRTProfile, select_profile
+from aitune_ray.backend.tensorrt_profiles import TensorRTProfile, for_inputs, select_profile
 from aitune_ray.errors import BuildError
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,8 @@ class EngineRunner:
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input_names = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.output_names = [n for n in names if n not in self.input_names]
+        # the exporter may drop inputs the graph never reads: profiles speak of the engine's inputs only
+        self.profiles = for_inputs(self.profiles, self.input_names)
         self.dtypes = {n: self._dtype(n) for n in names}
         static = [i for i, p in enumerate(self.profiles) if p.is_static]
         self._graph_profiles = set(static[:max_cuda_graphs]) if use_cuda_graphs else set()

@@ -177,6 +177,12 @@ def dynamic_axes(profiles: Iterable[TensorRTProfile]) -> dict[str, dict[int, str
     return axes
 
 
+def for_inputs(profiles: Iterable[TensorRTProfile], names: Iterable[str]) -> list[TensorRTProfile]:
+    """The profiles restricted to the named inputs (an exported graph may drop inputs it never reads)."""
+    names = set(names)
+    return [TensorRTProfile({n: s for n, s in p.shapes.items() if n in names}) for p in profiles]
+
+
 def select_profile(profiles: Sequence[TensorRTProfile], shapes: dict[str, Shape]) -> int:
     """Index of the first profile admitting shapes (0 when there are no profiles)."""
     if not profiles:

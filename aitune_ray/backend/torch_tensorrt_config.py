@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from aitune_ray.backend.backend import BackendConfig, require
-from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
+from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import SageAttentionKernelProvider
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 
@@ -32,12 +32,8 @@ PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": to
 
 
 def torch_tensorrt(what: str) -> Any:
-    """Import torch_tensorrt, or raise MissingDependencyError naming the torch-tensorrt extra. It also fails
-    (OSError) where the package is installed but TensorRT's libraries are not."""
-    try:
-        return require("torch_tensorrt", EXTRA, what)
-    except OSError as exc:
-        raise MissingDependencyError("TensorRT libraries for torch_tensorrt", EXTRA, what) from exc
+    """Import torch_tensorrt, or raise MissingDependencyError naming the torch-tensorrt extra."""
+    return require("torch_tensorrt", EXTRA, what)
 
 
 def _precision(value: Any) -> str:

@@ -12,20 +12,25 @@ Nothing in it is pickled: JSON, safetensors and the backends' own artifact forma
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import platform
 import re
-from typing import IO, Any
+from typing import IO, Any, ClassVar, Optional, Union
 
-from aitune_ray.errors import CheckpointError, CheckpointIntegrityError, CheckpointVersionError
+from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointSignatureError,
+                               CheckpointVersionError, ConfigError)
+from aitune_ray.validate import from_data
 
 FORMAT_NAME = "aitune-ray-checkpoint"
 FORMAT_VERSION = 1
 
 MANIFEST = "manifest.json"
 MANIFEST_HASH = "manifest.sha256"
+MANIFEST_SIGNATURE = "manifest.hmac"     # only in signed checkpoints: HMAC-SHA256 of manifest.json
 EAGER = "eager"
 
 CHUNK = 1 << 20
@@ -40,6 +45,63 @@ BACKEND_LIBRARIES = {
 }
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+# ----- the manifest's schema (checked with aitune_ray.validate; keys not declared here are ignored) -----
+@dataclasses.dataclass
+class PartRecord:
+    open_keys: ClassVar[bool] = True
+    member: str
+    sha256: str
+    size: int = dataclasses.field(metadata={"min": 0})
+
+
+@dataclasses.dataclass
+class SignatureRecord:
+    open_keys: ClassVar[bool] = True
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    batch_sizes: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class ModuleRecord:
+    open_keys: ClassVar[bool] = True
+    path: str
+    name: str
+    device: str
+    backend: Union[str, dict[str, Any]]
+    weights: PartRecord
+    artifacts: dict[str, PartRecord]
+    state: dict[str, Any]
+    signature: SignatureRecord = dataclasses.field(default_factory=dict)
+    is_jit: Optional[bool] = None
+    failure: str = ""
+
+
+@dataclasses.dataclass
+class ManifestRecord:
+    open_keys: ClassVar[bool] = True
+    format: str
+    format_version: int
+    modules: list[ModuleRecord]
+    created: str = ""
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    module_names: list[str] = dataclasses.field(default_factory=list)
+
+
+def is_plain_member(name: str) -> bool:
+    """A member name that is a relative path of plain names: no '..', no absolute path, no backslash."""
+    return isinstance(name, str) and len(name) < 512 and bool(_SAFE_MEMBER.match(name))
+
+
+def shown(text: Any, limit: int = 80) -> str:
+    """A name from a file, quoted and cut short for a message."""
+    text = str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def weights_member(index: int) -> str:
@@ -53,7 +115,7 @@ def artifact_member(index: int, name: str) -> str:
 def check_artifact_name(name: str, module: str) -> str:
     """Artifact names become file names at load: plain names only, no folders or '..'."""
     if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
-        raise CheckpointError(f"module {module!r}: artifact name {name!r} is not a plain file name "
+        raise CheckpointError(f"module {shown(module)}: artifact name {shown(name)} is not a plain file name "
                               "(letters, digits, '_', '.', '+', '-')")
     return name
 
@@ -62,17 +124,39 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def copy_hashed(source: IO[bytes], target: IO[bytes]) -> tuple[str, int]:
-    """Copy source to target in chunks; return (SHA-256 hex, bytes copied)."""
+def signature(key: bytes | str, manifest: bytes) -> str:
+    """HMAC-SHA256 of the manifest under the user's key. The manifest holds every part's SHA-256, so this
+    authenticates the whole checkpoint: without the key nobody can make a file that verifies."""
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if not isinstance(key, bytes) or not key:
+        raise CheckpointError("signing_key must be a non-empty bytes or str")
+    return hmac.new(key, manifest, hashlib.sha256).hexdigest()
+
+
+def verify_signature(key: bytes | str, manifest: bytes, recorded: str | None, where: str) -> None:
+    if recorded is None:
+        raise CheckpointSignatureError(f"{where} is not signed, but a signing_key was given: it is refused "
+                                       "(load without signing_key to accept unsigned checkpoints)")
+    if not hmac.compare_digest(signature(key, manifest), recorded):
+        raise CheckpointSignatureError(f"{where}: the signature does not match this signing_key: the file was "
+                                       "changed, or signed with another key")
+
+
+def copy_hashed(source: IO[bytes], target: IO[bytes], limit: int | None = None) -> tuple[str, int]:
+    """Copy source to target in chunks; return (SHA-256 hex, bytes copied). Never copies more than limit
+    bytes: more data than that is a CheckpointIntegrityError."""
     digest = hashlib.sha256()
     size = 0
     while True:
-        chunk = source.read(CHUNK)
+        chunk = source.read(CHUNK if limit is None else min(CHUNK, limit - size + 1))
         if not chunk:
             break
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise CheckpointIntegrityError(f"a part holds more than the {limit} bytes its manifest declares")
         digest.update(chunk)
         target.write(chunk)
-        size += len(chunk)
     return digest.hexdigest(), size
 
 
@@ -112,13 +196,15 @@ def dump_manifest(manifest: dict) -> bytes:
 def parse_manifest(data: bytes, expected_hash: str | None) -> dict:
     """Check the manifest's hash and version, then its shape. expected_hash None: the hash member is missing."""
     if expected_hash is None or sha256_bytes(data) != expected_hash:
-        manifest = _try_json(data)
+        manifest, _ = _try_json(data)
         version = manifest.get("format_version") if isinstance(manifest, dict) else None
         if isinstance(version, int) and version > FORMAT_VERSION:
             raise _newer(version)
         what = "has no recorded hash" if expected_hash is None else "does not match its recorded SHA-256"
         raise CheckpointIntegrityError(f"part {MANIFEST!r} {what}: the manifest was changed or corrupted")
-    manifest = _try_json(data)
+    manifest, problem = _try_json(data)
+    if problem:
+        raise CheckpointError(f"{MANIFEST} is not valid JSON: {problem}")
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{MANIFEST} is not an aitune-ray checkpoint manifest")
     version = manifest.get("format_version")
@@ -135,34 +221,64 @@ def _newer(version: int) -> CheckpointVersionError:
                                   f"reads ({FORMAT_VERSION}): upgrade aitune-ray to load it")
 
 
-def _try_json(data: bytes) -> Any:
+def _try_json(data: bytes) -> tuple[Any, str]:
+    """(the parsed JSON, "") or (None, why it is not valid JSON)."""
     try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant), ""
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, " ".join(str(exc).split())[:200]
+    except RecursionError:
+        return None, "nested too deeply"
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _check_shape(manifest: dict) -> None:
-    modules = manifest.get("modules")
-    if not isinstance(modules, list) or not modules:
+    """Every field of the right JSON type (ManifestRecord), then what types alone cannot say."""
+    try:
+        from_data(ManifestRecord, manifest, MANIFEST)
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+    modules = manifest["modules"]
+    if not modules:
         raise CheckpointError(f"{MANIFEST} lists no modules")
-    paths = set()
-    for entry in modules:
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{MANIFEST} has a module entry that is not an object")
-        for key, kind in (("path", str), ("name", str), ("device", str), ("weights", dict), ("artifacts", dict),
-                          ("state", dict)):
-            if not isinstance(entry.get(key), kind):
-                raise CheckpointError(f"{MANIFEST}: module {entry.get('path')!r} has no valid {key!r}")
-        backend = entry.get("backend")
-        if backend != EAGER and not (isinstance(backend, dict) and isinstance(backend.get("type"), str)):
-            raise CheckpointError(f"{MANIFEST}: module {entry['path']!r} has no valid backend spec")
-        if entry["path"] in paths:
-            raise CheckpointError(f"{MANIFEST} lists module {entry['path']!r} twice")
-        paths.add(entry["path"])
-        for part in [entry["weights"], *entry["artifacts"].values()]:
-            if not (isinstance(part, dict) and isinstance(part.get("member"), str)
-                    and isinstance(part.get("sha256"), str)):
-                raise CheckpointError(f"{MANIFEST}: module {entry['path']!r} has a part without member/sha256")
+    paths = [entry["path"] for entry in modules]
+    for index, entry in enumerate(modules):
+        where = f"{MANIFEST}: modules[{index}]"
+        if entry["path"] in paths[:index]:
+            raise CheckpointError(f"{MANIFEST} lists module {shown(entry['path'])} twice")
+        if not _is_spec(entry["backend"]) and entry["backend"] != EAGER:
+            raise CheckpointError(f"{where}.backend: neither {EAGER!r} nor a backend spec "
+                                  "({'type': 'package.module:Class', 'config': {...}})")
+        if (entry["is_jit"] is None) != (entry["backend"] == EAGER):
+            raise CheckpointError(f"{where}.is_jit: expected {'null' if entry['backend'] == EAGER else 'a boolean'}"
+                                  f" for backend {shown(entry['backend'] if entry['backend'] == EAGER else 'spec')}")
+        for name, part in [("weights", entry["weights"]), *entry["artifacts"].items()]:
+            if not _SHA256.match(part["sha256"]):
+                raise CheckpointError(f"{where}: part {shown(name)} has no valid SHA-256 ({shown(part['sha256'])})")
         for name in entry["artifacts"]:
             check_artifact_name(name, entry["path"])
+    if manifest.get("module_names") and manifest["module_names"] != paths:
+        raise CheckpointError(f"{MANIFEST}: module_names {manifest['module_names']!r} differ from the modules' "
+                              "paths")
+
+
+def _is_spec(spec: Any, depth: int = 0) -> bool:
+    """A backend spec: a class path, a config mapping, and a delegate that is a spec too (if any)."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str) or ":" not in spec["type"]:
+        return False
+    if not isinstance(spec.get("config", {}), dict):
+        return False
+    delegate = spec.get("delegate")
+    return delegate is None or (depth < 4 and _is_spec(delegate, depth + 1))

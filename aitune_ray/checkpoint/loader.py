@@ -1,7 +1,7 @@
 """load_checkpoint: verify a .ait file completely, then restore weights and backends into the user's modules.
 
-Order: manifest hash and version; module names; devices; backend classes (imported by path, never
-unpickled); every part's SHA-256 while extracting; weight keys and shapes. Only then is anything in the
+Order: manifest hash and version; module names; devices; backend classes (known classes only: nothing the
+file names is imported, nothing is unpickled); every part's SHA-256 while extracting; weight keys and shapes. Only then is anything in the
 user's object changed.
 """
 
@@ -12,17 +12,21 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.checkpoint import format as fmt
+from aitune_ray.checkpoint.artifact_check import check_artifacts
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
 from aitune_ray.device import resolve_device
-from aitune_ray.errors import AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError
+from aitune_ray.errors import (AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError,
+                               UnknownClassError)
 from aitune_ray.module import Module, find_modules
+from aitune_ray.registry import untrusted
+from aitune_ray.wrapping import plain_module_at, put
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +55,9 @@ def match_modules(obj: Any, entries: list[dict]) -> dict[str, Module]:
     return {e["path"]: found[e["path"]] for e in entries}
 
 
-def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[Any, str, Module]]]:
+def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[str, Any, str, Module]]]:
     """AITune's load takes the plain model too: wrap each plain nn.Module that stands where the checkpoint has a
-    Module. Returns (the object to match against, [(parent, attribute, wrapper)] to attach once loaded)."""
+    Module. Returns (the object to match against, [(path, parent, attribute, wrapper)] to attach once loaded)."""
     from torch import nn
 
     by_path = {e["path"]: e for e in entries}
@@ -61,22 +65,17 @@ def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[A
         return Module(obj, by_path[""]["name"]), []
     attach = []
     for path, entry in by_path.items():
-        if not path:
-            continue
-        parent_path, _, attr = path.rpartition(".")
-        parent = obj
-        for part in parent_path.split(".") if parent_path else []:
-            parent = getattr(parent, part, None)
-        child = getattr(parent, attr, None) if parent is not None else None
-        if isinstance(child, nn.Module) and not isinstance(child, Module):
-            attach.append((parent, attr, Module(child, entry["name"])))
+        found = plain_module_at(obj, path, Module) if path else None
+        if found is not None:
+            parent, attr, module = found
+            attach.append((path, parent, attr, Module(module, entry["name"])))
     return obj, attach
 
 
 class _Attached:
     """A view of obj in which the planned wrappers already stand at their paths (for matching only)."""
 
-    def __init__(self, obj: Any, attach: list[tuple[Any, str, Module]]):
+    def __init__(self, obj: Any, attach: list[tuple[str, Any, str, Module]]):
         self.obj, self.attach = obj, attach
 
     def modules(self) -> dict[str, Module]:
@@ -85,22 +84,8 @@ class _Attached:
             found = find_modules(self.obj)
         except ConfigError:
             pass
-        for parent, attr, wrapper in self.attach:
-            found[_path_of(self.obj, parent, attr)] = wrapper
+        found.update({path: wrapper for path, _, _, wrapper in self.attach})
         return found
-
-
-def _path_of(root: Any, parent: Any, attr: str) -> str:
-    if parent is root:
-        return attr
-    for name, value in vars(root).items() if hasattr(root, "__dict__") else []:
-        if value is parent:
-            return f"{name}.{attr}"
-    if hasattr(root, "named_modules"):
-        for name, value in root.named_modules():
-            if value is parent:
-                return f"{name}.{attr}" if name else attr
-    return attr
 
 
 def resolve_devices(entries: list[dict], targets: dict[str, Module],
@@ -141,19 +126,32 @@ def backend_for(entry: dict) -> Backend | None:
         return None
     try:
         return Backend.from_spec(entry["backend"])
-    except (AITuneRayError, TypeError, ValueError) as exc:
+    except UnknownClassError as exc:
+        raise UnknownClassError(f"module {entry['path']!r}: {exc}") from None
+    except (AITuneRayError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise CheckpointError(f"module {entry['path']!r}: backend {entry['backend'].get('type')!r} cannot be "
                               f"recreated: {exc}") from exc
 
 
-def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None) -> Any:
+def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = None,
+                    allowed: Iterable[type] = (), signing_key: bytes | str | None = None,
+                    allow_native_code: bool = False) -> Any:
     """Restore every module saved in the checkpoint at path into obj and return obj.
 
     obj may also be the plain model (or a pipeline holding plain modules), as with AITune: the modules are
-    wrapped once everything has loaded, and for a plain top-level model the wrapper is returned."""
-    path = Path(path).expanduser()
+    wrapped once everything has loaded, and for a plain top-level model the wrapper is returned.
+    The backend and kernel provider classes the checkpoint names must be registered (built-in, or defined
+    or imported by the caller's code) or be among allowed; nothing the file names is imported. With a
+    signing_key, only a checkpoint signed with that key loads. An artifact of compiled native code (an
+    AOTInductor package) loads only from a signed checkpoint or with allow_native_code=True."""
+    with untrusted(allowed):
+        return _load(obj, Path(path).expanduser(), device_map, signing_key, allow_native_code)
+
+
+def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: bytes | str | None,
+          allow_native_code: bool) -> Any:
     with CheckpointArchive(path) as archive:
-        manifest = archive.manifest()
+        manifest = archive.manifest(signing_key)
         entries = manifest["modules"]
         obj, attach = wrap_plain_modules(obj, entries)
         targets = match_modules(_Attached(obj, attach) if attach else obj, entries)
@@ -161,7 +159,8 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
         backends = {e["path"]: backend_for(e) for e in entries}
         workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
         try:
-            tensors, artifacts = _extract_all(archive, entries, targets, workdir)
+            tensors, artifacts = _extract_all(archive, entries, targets, workdir,
+                                              allow_native_code or signing_key is not None)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -171,8 +170,8 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    for parent, attr, wrapper in attach:
-        setattr(parent, attr, wrapper)
+    for _, parent, attr, wrapper in attach:
+        put(parent, attr, wrapper)
     _release_when_unused(workdir, [b for b in backends.values() if b is not None])
     logger.info("loaded checkpoint %s: %s", path, ", ".join(
         f"{p or targets[p].name}={'eager' if backends[p] is None else backends[p].name} on {devices[p]}"
@@ -180,8 +179,8 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
     return obj
 
 
-def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module],
-                 workdir: Path) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
+def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module], workdir: Path,
+                 allow_native_code: bool) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
     """Extract and hash-check every part, then read and check the weights; nothing is applied yet."""
     files: dict[str, tuple[Path, dict[str, Path]]] = {}
     for index, entry in enumerate(entries):
@@ -190,6 +189,7 @@ def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[
         weights = archive.extract(entry["weights"], folder / "weights.safetensors")
         extracted = {name: archive.extract(part, folder / "artifacts" / fmt.check_artifact_name(name, entry["path"]))
                      for name, part in entry["artifacts"].items()}
+        check_artifacts(entry["path"], extracted, allow_native_code)
         files[entry["path"]] = (weights, extracted)
     tensors = {}
     for entry in entries:
@@ -202,14 +202,16 @@ def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[
 
 
 def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Path) -> None:
-    """Load weights, restore each backend, and only when all are ready switch the modules over."""
-    for entry in entries:
-        where = entry["path"]
-        inner = targets[where].module
-        inner.to(devices[where])
-        inner.load_state_dict(tensors[where], strict=True)
+    """Load weights, restore each backend, and only when all are ready switch the modules over. A failure puts
+    the modules' own weights and devices back (kept on the CPU meanwhile)."""
+    originals = [(targets[e["path"]].module, _cpu_copy(targets[e["path"]].module)) for e in entries]
     ready: list[Backend] = []
     try:
+        for entry in entries:
+            where = entry["path"]
+            inner = targets[where].module
+            inner.to(devices[where])
+            inner.load_state_dict(tensors[where], strict=True)
         for index, entry in enumerate(entries):
             backend = backends[entry["path"]]
             if backend is None:
@@ -219,6 +221,8 @@ def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Pat
                 backend.restore(targets[where].module, entry["state"], artifacts[where], devices[where],
                                 workdir / str(index) / "restore")
                 backend.deploy()
+            except UnknownClassError as exc:
+                raise UnknownClassError(f"module {where!r}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - a backend's restore may raise anything
                 raise CheckpointError(f"module {where!r}: {backend.name} could not be restored on "
                                       f"{devices[where]}: {type(exc).__name__}: {exc}") from exc
@@ -226,11 +230,21 @@ def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Pat
     except BaseException:
         for backend in ready:
             backend.deactivate()
+        for inner, (device, state) in originals:
+            inner.to(device)
+            inner.load_state_dict(state, strict=True)
         raise
     for entry in entries:
         module = targets[entry["path"]]
         module.use_backend(backends[entry["path"]])
         module.checkpoint_signature = entry.get("signature") or {}  # kept for a later save without samples
+
+
+def _cpu_copy(module: torch.nn.Module) -> tuple[torch.device, dict[str, torch.Tensor]]:
+    """(the module's device, a CPU copy of its state_dict) to put back if the load fails."""
+    state = module.state_dict()
+    device = next((t.device for t in state.values() if isinstance(t, torch.Tensor)), torch.device("cpu"))
+    return device, {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
 def _release_when_unused(workdir: Path, backends: list[Backend]) -> None:

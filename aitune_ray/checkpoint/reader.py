@@ -1,16 +1,27 @@
-"""Reading a .ait archive: open it, verify the manifest, and extract every part checking its SHA-256."""
+"""Reading a .ait archive: open it, check every member and the manifest, and extract parts checking SHA-256.
+
+An archive is refused before anything is extracted when a member's name is not a plain relative path, when
+two members share a name (exactly or by case), when a member is a symlink, a folder or encrypted, when a
+part is not listed in the manifest exactly once under its own name, and when a part's sizes do not agree
+(a zip bomb declares a small size, or inflates far beyond what it stores). Reads never go past the size
+the manifest declares. Parts are written only inside the folder the loader gives.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import stat
 import zipfile
+import zlib
 from pathlib import Path
 
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.errors import CheckpointError, CheckpointIntegrityError, CheckpointTruncatedError
 
-MAX_MANIFEST_BYTES = 64 << 20
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_HASH_BYTES = 256
+MAX_RATIO = 100  # parts are stored uncompressed; one that would inflate more than this is refused
 
 
 class CheckpointArchive:
@@ -24,12 +35,16 @@ class CheckpointArchive:
             raise CheckpointError(f"{self.path} is a directory, not a checkpoint file")
         try:
             self._zip = zipfile.ZipFile(self.path, "r")
-        except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
             raise CheckpointTruncatedError(f"{self.path} is truncated or is not an aitune-ray checkpoint "
                                            f"(not a readable zip archive: {exc})") from exc
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
-        self._names = set(self._zip.namelist())
+        try:
+            self._infos = self._check_members()
+        except BaseException:
+            self._zip.close()
+            raise
 
     def __enter__(self) -> "CheckpointArchive":
         return self
@@ -40,41 +55,108 @@ class CheckpointArchive:
     def close(self) -> None:
         self._zip.close()
 
-    def manifest(self) -> dict:
-        """The manifest, after checking it against the stored hash and checking its format version."""
-        if fmt.MANIFEST not in self._names:
+    def _refuse(self, member: str, problem: str) -> CheckpointError:
+        return CheckpointError(f"{self.path}: member {fmt.shown(member)} {problem}; the checkpoint is refused")
+
+    def _check_members(self) -> dict[str, zipfile.ZipInfo]:
+        infos: dict[str, zipfile.ZipInfo] = {}
+        folded: dict[str, str] = {}
+        for info in self._zip.infolist():
+            name = info.filename
+            if not fmt.is_plain_member(name):
+                raise self._refuse(name, "is not a plain relative path (no '..', no absolute path, no '\\')")
+            if name in infos:
+                raise self._refuse(name, "is stored twice")
+            if name.casefold() in folded:
+                raise self._refuse(name, f"collides with {fmt.shown(folded[name.casefold()])} (names differing "
+                                         "only by case)")
+            mode = info.external_attr >> 16
+            if info.is_dir() or stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # symlinks have S_IFLNK
+                raise self._refuse(name, "is a symlink, folder or special file, not a plain file")
+            if info.flag_bits & 0x1:
+                raise self._refuse(name, "is encrypted")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise self._refuse(name, f"uses an unsupported compression (method {info.compress_type})")
+            infos[name] = info
+            folded[name.casefold()] = name
+        return infos
+
+    def manifest(self, signing_key: bytes | str | None = None) -> dict:
+        """The manifest, checked against the stored hash (and, given a key, its signature), its format
+        version, its schema and the members."""
+        if fmt.MANIFEST not in self._infos:
             raise CheckpointTruncatedError(f"{self.path} has no {fmt.MANIFEST}: it is truncated or is not an "
                                            "aitune-ray checkpoint")
-        if self._zip.getinfo(fmt.MANIFEST).file_size > MAX_MANIFEST_BYTES:
-            raise CheckpointError(f"{self.path}: {fmt.MANIFEST} is implausibly large")
-        data = self._read_small(fmt.MANIFEST)
+        data = self._read_small(fmt.MANIFEST, MAX_MANIFEST_BYTES)
         expected = None
-        if fmt.MANIFEST_HASH in self._names:
-            expected = self._read_small(fmt.MANIFEST_HASH).decode("ascii", "replace").strip()
-        return fmt.parse_manifest(data, expected)
+        if fmt.MANIFEST_HASH in self._infos:
+            expected = self._read_small(fmt.MANIFEST_HASH, MAX_HASH_BYTES).decode("ascii", "replace").strip()
+        if signing_key is not None:
+            recorded = None
+            if fmt.MANIFEST_SIGNATURE in self._infos:
+                recorded = self._read_small(fmt.MANIFEST_SIGNATURE, MAX_HASH_BYTES).decode("ascii", "replace")
+            fmt.verify_signature(signing_key, data, recorded and recorded.strip(), str(self.path))
+        manifest = fmt.parse_manifest(data, expected)
+        self._check_parts(manifest)
+        return manifest
 
-    def _read_small(self, member: str) -> bytes:
+    def _check_parts(self, manifest: dict) -> None:
+        """Every part under its own name, listed once, with agreeing sizes; no member the manifest omits."""
+        listed = {fmt.MANIFEST, fmt.MANIFEST_HASH, fmt.MANIFEST_SIGNATURE}
+        for index, entry in enumerate(manifest["modules"]):
+            parts = [(fmt.weights_member(index), entry["weights"])]
+            parts += [(fmt.artifact_member(index, name), part) for name, part in entry["artifacts"].items()]
+            for member, part in parts:
+                if part["member"] != member:
+                    raise self._refuse(part["member"], f"is listed for module {entry['path']!r} where "
+                                                       f"{member!r} belongs")
+                if member in listed:
+                    raise self._refuse(member, "is listed twice in the manifest")
+                listed.add(member)
+                info = self._infos.get(member)
+                if info is None:
+                    raise CheckpointIntegrityError(f"part {member!r} is listed in the manifest but missing from "
+                                                   f"{self.path}")
+                if info.file_size != part["size"]:
+                    raise self._refuse(member, f"declares {info.file_size} bytes in the archive but "
+                                               f"{part['size']} in the manifest")
+                if info.file_size > MAX_RATIO * max(info.compress_size, 1):
+                    raise self._refuse(member, f"would inflate {info.compress_size} bytes to {info.file_size} "
+                                               "(a zip bomb)")
+        extra = sorted(set(self._infos) - listed)
+        if extra:
+            raise self._refuse(extra[0], "is not listed in the manifest")
+
+    def _read_small(self, member: str, limit: int) -> bytes:
+        if self._infos[member].file_size > limit:
+            raise CheckpointError(f"{self.path}: {member} is implausibly large "
+                                  f"({self._infos[member].file_size} bytes, at most {limit})")
         try:
-            return self._zip.read(member)
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+            with self._zip.open(self._infos[member]) as source:
+                data = source.read(limit + 1)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} is corrupted: {exc}") from exc
+        if len(data) > limit:
+            raise CheckpointError(f"{self.path}: {member} is implausibly large (over {limit} bytes)")
+        return data
 
     def extract(self, part: dict, target: Path) -> Path:
-        """Copy one part to target, checking its SHA-256; a mismatch removes target and raises."""
+        """Copy one part to target (a new file), checking its size and SHA-256; a mismatch removes target."""
         member = part["member"]
-        if member not in self._names:
-            raise CheckpointIntegrityError(f"part {member!r} is listed in the manifest but missing from "
-                                           f"{self.path}")
         try:
-            with self._zip.open(member) as src, open(target, "wb") as dst:
-                digest, _ = fmt.copy_hashed(src, dst)
-        except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+            dst = open(target, "xb")  # a new file: never one that is there already
+        except OSError as exc:
+            raise CheckpointError(f"cannot extract part {member!r} of {self.path}: {exc}") from exc
+        try:
+            with dst, self._zip.open(self._infos[member]) as src:
+                digest, size = fmt.copy_hashed(src, dst, limit=part["size"])
+        except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as exc:
             _remove(target)
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} is corrupted: {exc}") from exc
         except OSError as exc:
             _remove(target)
             raise CheckpointError(f"cannot extract part {member!r} of {self.path}: {exc}") from exc
-        if digest != part["sha256"]:
+        if digest != part["sha256"] or size != part["size"]:
             _remove(target)
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} does not match its recorded SHA-256 "
                                            "(it was changed or corrupted)")

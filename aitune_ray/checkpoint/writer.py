@@ -80,7 +80,7 @@ def write_file_member(archive: zipfile.ZipFile, member: str, source: Path) -> di
 
 
 def write_archive(target, entries: list[dict], modules: list[Module], artifacts: list[dict[str, Path]],
-                  scratch: Path) -> None:
+                  scratch: Path, signing_key: bytes | str | None = None) -> None:
     """Write weights, artifacts, then the manifest and its hash into the open file target."""
     with zipfile.ZipFile(target, "w", allowZip64=True) as archive:
         for index, (entry, module, files) in enumerate(zip(entries, modules, artifacts)):
@@ -99,10 +99,13 @@ def write_archive(target, entries: list[dict], modules: list[Module], artifacts:
         data = fmt.dump_manifest(manifest)
         archive.writestr(fmt.MANIFEST, data, compress_type=zipfile.ZIP_DEFLATED)
         archive.writestr(fmt.MANIFEST_HASH, fmt.sha256_bytes(data) + "\n")
+        if signing_key is not None:
+            archive.writestr(fmt.MANIFEST_SIGNATURE, fmt.signature(signing_key, data) + "\n")
 
 
-def save_checkpoint(obj: Any, path: Path) -> Path:
-    """Write one .ait checkpoint of every wrapped Module of obj to path and return it.
+def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None) -> Path:
+    """Write one .ait checkpoint of every wrapped Module of obj to path and return it; signed (HMAC-SHA256 of
+    the manifest) when a signing_key is given.
 
     Atomic: the file is written next to path, fsynced and renamed over it, so a failure keeps whatever was at
     path before and leaves no temporary file.
@@ -119,7 +122,7 @@ def save_checkpoint(obj: Any, path: Path) -> Path:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as target, tempfile.TemporaryDirectory(prefix="aitune-ray-save-") as scratch:
-            write_archive(target, entries, list(modules.values()), artifacts, Path(scratch))
+            write_archive(target, entries, list(modules.values()), artifacts, Path(scratch), signing_key)
             target.flush()
             os.fsync(target.fileno())
         os.replace(temp, path)

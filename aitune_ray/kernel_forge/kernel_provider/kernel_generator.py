@@ -19,11 +19,10 @@ from typing import Any, Callable
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.function_samples import FunctionSample
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider
-from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry, class_path
+from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, GENERATORS, TYPE_KEY, class_path
 
 logger = logging.getLogger(__name__)
 
-GENERATORS = Registry("kernel generator")
 
 
 @dataclasses.dataclass(frozen=True)

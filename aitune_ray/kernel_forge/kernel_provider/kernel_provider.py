@@ -19,7 +19,7 @@ import torch
 
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.function_samples import FunctionSample
-from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, TYPE_KEY, Registry, class_path
+from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, PROVIDERS, TYPE_KEY, class_path
 from aitune_ray.measure.correctness import default_tolerance
 
 logger = logging.getLogger(__name__)
@@ -27,7 +27,6 @@ logger = logging.getLogger(__name__)
 SDPA_FUNCTION = "scaled_dot_product_attention"
 READY_KEY = "ready"
 
-PROVIDERS = Registry("kernel provider")
 
 
 class KernelProviderState(str, enum.Enum):

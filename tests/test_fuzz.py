@@ -1,0 +1,45 @@
+"""Fuzzing (tests/fuzz.py, seeded): 520 mutated job files and 20 truncations, 200 bit flips and every hostile
+case of a checkpoint. `python -m tests.fuzz` prints the same counts."""
+
+from __future__ import annotations
+
+import logging
+
+from tests import fuzz
+
+logger = logging.getLogger(__name__)
+
+
+def test_every_mutated_job_file_is_refused_with_one_line_naming_the_key(tmp_path):
+    counts, failures = fuzz.fuzz_jobs(tmp_path)
+    logger.warning("%s", fuzz.table("job file fuzz", counts))
+    assert not failures, "\n\n".join(failures)
+    assert counts["mutations"] >= 500 and counts["clear"] == counts["mutations"]
+    assert all(counts[f"kind {k}"] >= 80 for k in ("wrong_type", "unknown_key", "missing_key", "huge_number",
+                                                     "bad_import", "yaml_error"))
+
+
+def test_damaged_and_hostile_checkpoints_never_crash_hang_import_or_load_silently(tmp_path):
+    counts, failures = fuzz.fuzz_checkpoints(tmp_path)
+    logger.warning("%s", fuzz.table("checkpoint fuzz", counts))
+    assert not failures, "\n".join(failures)
+    assert counts["truncation: refused"] == 20
+    assert counts["bit flip: refused"] + counts["bit flip: identical"] == 200
+    assert counts["crash"] == counts["hang"] == counts["import"] == counts["silent"] == 0
+    assert counts["hostile archive: refused"] == len(fuzz.hostile_archive_names())
+
+
+def test_the_command_answers_a_bad_job_with_one_line_and_exit_code_2(tmp_path, capsys):
+    from aitune_ray import cli
+
+    by_kind = {}
+    for case in fuzz.job_cases():
+        by_kind.setdefault(case.kind, []).append(case)
+    for case in [c for cases in by_kind.values() for c in cases[:2]]:
+        path = tmp_path / "job.yaml"
+        path.write_text(case.text)
+        assert cli.main(["tune", str(path)]) == cli.EXIT_BAD_JOB, case.text
+        out, err = capsys.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and case.key in lines[0], (case.kind, err)
+        assert "Traceback" not in out + err
