@@ -250,6 +250,8 @@ def _run_job(job, job_path: Path, recorder) -> int:
             say(f"checkpoint check skipped: {check['skipped']}")
         else:
             check = check_checkpoint(job, root, output, local)
+            if check.get("passed"):
+                check["deployed"] = check_loaded_speed(job, root, output, local)
     finally:
         executor.close()
     write_report(job, job_path, device, report, time.perf_counter() - started, check, recorder.events)
@@ -306,6 +308,50 @@ def check_checkpoint(job, root, output: Path, device) -> dict:
         f"{max_abs:.3g} ({outcome})", error=not verdict.passed)
     return {"passed": verdict.passed, "max_abs_diff": max_abs, "relative_l2": verdict.max_error,
             "reason": verdict.reason}
+
+
+def check_loaded_speed(job, root, output: Path, device) -> dict:
+    """The post-deploy check after a checkpoint load: each module, loaded as a user loads it, timed against
+    eager in paired rounds on its recorded samples. A module that loses beyond noise at a recorded batch
+    size is set back to eager and the checkpoint written again."""
+    import aitune_ray as ait
+    from aitune_ray.job import move_to, wrap_modules
+    from aitune_ray.module import find_modules
+    from aitune_ray.tune_strategy.deploy import check_deployed
+    from aitune_ray.tune_strategy.performance_validation import LOSS
+
+    fresh, _ = wrap_modules(job.make_model(), job.module_specs())
+    move_to(fresh, device)
+    fresh = ait.load(fresh, output)
+    tuned, results, rewrite = find_modules(root), {}, False
+    for path, loaded in find_modules(fresh).items():
+        original = tuned.get(path)
+        if loaded.backend is None or original is None or not len(original.samples):
+            continue
+        strategy = original.strategy
+        rounds = getattr(strategy, "deploy_check_rounds", 0)
+        if rounds <= 0 or not strategy.performance_validation:
+            continue
+        try:
+            outcome = check_deployed(loaded, loaded.module, original.samples.to(device), device, strategy, rounds,
+                                     strategy.measure_config)
+        except Exception as exc:  # the check's own failure is reported; the checkpoint stays as it is
+            results[original.name] = {"backend": loaded.backend.name, "verdict": "check failed",
+                                      "reason": f"{type(exc).__name__}: {exc}"}
+            say(f"warning: post-deploy check of {original.name} failed: {type(exc).__name__}: {exc}", error=True)
+            continue
+        results[original.name] = {"backend": loaded.backend.name, "verdict": outcome.verdict,
+                                  "reason": outcome.reason}
+        say(f"post-deploy check of {original.name} as loaded: {outcome.reason}")
+        if outcome.verdict == LOSS:
+            say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
+            original.use_backend(None)
+            results[original.name]["fell_back_to"] = "eager"
+            rewrite = True
+    if rewrite:
+        ait.save(root, output)
+        say(f"checkpoint written again: {output}")
+    return results
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:

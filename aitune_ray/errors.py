@@ -37,6 +37,10 @@ class BuildError(AITuneRayError):
     """A backend failed to build (raised, crashed, timed out or ran out of memory)."""
 
 
+class NotApplicableError(BuildError):
+    """The backend built, but does not apply to this module (a quantizer that found no layer to change)."""
+
+
 class ExportError(BuildError):
     """A model could not be exported (ONNX); ``step`` names where it failed."""
 

@@ -49,6 +49,8 @@ class StrategySpec:
     noise_tolerance: float = bounded(0.03, 0, 1)
     tolerance: float | dict[str, float] | None = None
     remeasure_margin: float = bounded(0.10, 0, 10)          # MaxThroughput only
+    dispatch_by_batch_size: bool = False    # MaxThroughput only
+    deploy_check_rounds: int = bounded(20, 0, 10_000)
     measure: dict[str, Any] = dataclasses.field(default_factory=dict)   # MeasureConfig fields
 
 
@@ -136,7 +138,7 @@ class Job:
             backends = default_strategy(resolve_device(device)).backends
         cls = getattr(aitune_ray, STRATEGIES[spec.type])
         options = dict(tolerance=spec.tolerance, min_speedup_ratio=spec.min_speedup_ratio,
-                       noise_tolerance=spec.noise_tolerance,
+                       noise_tolerance=spec.noise_tolerance, deploy_check_rounds=spec.deploy_check_rounds,
                        measure_config=make_config(MeasureConfig, spec.measure, "strategy.measure"))
         try:
             if spec.type == "OneBackend":
@@ -144,7 +146,8 @@ class Job:
                     raise ConfigError(f"backends: OneBackend takes exactly one backend, got {len(backends)}")
                 strategy = cls(backends[0], **options)
             elif spec.type == "MaxThroughput":
-                strategy = cls(backends, remeasure_margin=spec.remeasure_margin, **options)
+                strategy = cls(backends, remeasure_margin=spec.remeasure_margin,
+                               dispatch_by_batch_size=spec.dispatch_by_batch_size, **options)
             else:
                 strategy = cls(backends, **options)
         except ConfigError as exc:

@@ -15,6 +15,7 @@ from aitune_ray.cluster.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
 from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError
 from aitune_ray.module import Module, ModuleState, recording_session
+from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
@@ -83,8 +84,7 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
         module.report = context.report
         raise
     module.report = report
-    chosen = report.chosen_result()
-    module.use_backend(executor.materialize(context, chosen) if chosen else None)
+    deploy_checked(module, executor, context, report, strategy)
     executor.discard(context)
     return report
 

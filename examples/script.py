@@ -8,20 +8,37 @@ import torch
 import aitune_ray as ait
 
 
-def tune_save_and_compare(model, data: list[dict], device: str, args: argparse.Namespace, fresh) -> float:
+def measure(args: argparse.Namespace):
+    """How each candidate is timed: the default, or a short measurement for the tiny (test) sizes."""
+    from aitune_ray.measure.timing import MeasureConfig
+
+    if getattr(args, "size", "base") == "tiny":
+        return MeasureConfig(warmup_runs=1, min_runs=3, max_runs=20, max_seconds=0.1)
+    return MeasureConfig()
+
+
+def tune_save_and_compare(model, data: list, device: str, args: argparse.Namespace, fresh) -> float:
     """ait.tune on args.executor (Ray or inline), print the report, then save_and_compare into fresh."""
-    executor = ait.InlineExecutor() if args.executor == "inline" else ait.RayExecutor()
+    rounds = 5 if getattr(args, "size", "base") == "tiny" else 30      # side-by-side re-measure rounds
+    executor = ait.InlineExecutor(rounds) if args.executor == "inline" else ait.RayExecutor(remeasure_rounds=rounds)
     report = ait.tune(model, data, device=device, executor=executor)
     print(report.markdown())
     return save_and_compare(model, fresh, args.out, data[0])
 
 
-def save_and_compare(tuned, fresh, path, item: dict) -> float:
+def call(func, item):
+    """func on a dataset item as ait.tune passes it: a dict as keywords, a tuple as arguments, else alone."""
+    if isinstance(item, dict):
+        return func(**item)
+    return func(*item) if isinstance(item, tuple) else func(item)
+
+
+def save_and_compare(tuned, fresh, path, item) -> float:
     """ait.save(tuned, path), ait.load(fresh, path), then the max abs difference of their outputs on item."""
     ait.save(tuned, path)
     loaded = ait.load(fresh, path)
     with torch.no_grad():
-        difference = (loaded(**item).float() - tuned(**item).float()).abs().max().item()
+        difference = (call(loaded, item).float() - call(tuned, item).float()).abs().max().item()
     print(f"checkpoint {path}: max abs difference after load {difference:.3g}")
     return difference
 

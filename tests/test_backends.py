@@ -152,6 +152,28 @@ def test_torchao_int8wo_passes_on_its_own_tolerance():
     assert compare_outputs([(out, ref)], tolerance=TorchAOBackend.default_tolerance).passed
 
 
+def test_torchao_counts_the_layers_it_quantized_and_fails_where_it_changed_none(tmp_path):
+    from aitune_ray.errors import NotApplicableError
+    from aitune_ray.samples import Sample, SampleStore
+
+    x = torch.randn(2, 4, 8)
+    convs = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.GELU(), torch.nn.Conv1d(4, 4, 1))
+    store = SampleStore([Sample((x,), {}, convs(x), 2)])
+    config = TorchAOBackendConfig(quantization="int8wo", compile=False)
+    with pytest.raises(NotApplicableError, match="not applicable: no layer quantized"):
+        TorchAOBackend(config).build(convs, store, torch.device("cpu"), tmp_path / "convs")
+    mixed = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(32, 8),
+                                torch.nn.GELU(), torch.nn.Linear(8, 8))
+    store = SampleStore([Sample((x,), {}, mixed(x), 2)])
+    backend = TorchAOBackend(config).build(mixed, store, torch.device("cpu"), tmp_path / "mixed")
+    state, _ = backend.export()
+    assert state == {"quantized_layers": 2, "quantizable_layers": 2}
+    from aitune_ray.results import BuildResult
+    from aitune_ray.tune_strategy.report import describe_candidate
+    assert describe_candidate(BuildResult(key="k", backend="TorchAOBackend", spec={}, status="ok",
+                                          state=state)) == "quantized 2 of 2 layers"
+
+
 def test_torchao_int8wo_is_rejected_at_a_plain_tolerance():
     backend = TorchAOBackend(TorchAOBackendConfig(quantization="int8wo", compile=False))
     with pytest.raises(CorrectnessError, match=r"exceeds tolerance 0\.001"):

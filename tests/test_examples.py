@@ -21,7 +21,8 @@ EXAMPLES = REPO / "examples"
 CASES = {
     "attention": ("examples/attention_quickstart.py", [], "examples/attention/job_cpu.yaml", None),
     "bert": ("examples/bert/run.py", ["--size", "tiny", "--executor", "inline"], "examples/bert/job_tiny.yaml", None),
-    "pipeline": ("examples/pipeline/run.py", ["--executor", "inline"], "examples/pipeline/job.yaml", None),
+    "pipeline": ("examples/pipeline/run.py", ["--executor", "inline", "--eager-only"], "examples/pipeline/job.yaml", None),
+    "vit": ("examples/vit/run.py", ["--size", "tiny", "--executor", "inline"], "examples/vit/job_cpu.yaml", None),
     "hf_encoder": ("examples/hf_encoder/run.py", ["--size", "tiny", "--executor", "inline"],
                    "examples/hf_encoder/job_tiny.yaml", "transformers"),
 }

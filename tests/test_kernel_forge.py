@@ -530,6 +530,11 @@ def test_empty_plan_builds_the_unchanged_module(tmp_path):
     assert torch.equal(backend.infer(samples[0]), model(samples[0]))
     state, artifacts = backend.export()
     assert state["kernel_plan"]["providers"] == [] and artifacts == {}
+    # the report row says what this candidate really is: the delegate alone
+    from aitune_ray.results import BuildResult
+    from aitune_ray.tune_strategy.report import describe_candidate
+    row = describe_candidate(BuildResult(key="k", backend="KernelSelectorBackend", spec={}, status="ok", state=state))
+    assert row.startswith("empty kernel plan: no function replaced")
 
 
 def test_jit_delegate_checkpoint_stores_the_plan_and_restores_without_profiling(tmp_path, monkeypatch):

@@ -230,12 +230,14 @@ def fake_clock(monkeypatch):
 
 
 CPU = torch.device("cpu")
+#: Stop-rule tests time one call per burst and no single-call latency, so that calls can be counted.
+ONE_BY_ONE = dict(cpu_burst_ms=0.0, latency_runs=0)
 
 
 def test_stop_rule_stops_early_on_a_stable_function(fake_clock):
     clock = fake_clock([2.0, 2.01, 1.99])
     calls = []
-    cfg = MeasureConfig(warmup_runs=2, min_runs=5, max_runs=100, max_cv=0.05, max_seconds=100.0)
+    cfg = MeasureConfig(warmup_runs=2, min_runs=5, max_runs=100, max_cv=0.05, max_seconds=100.0, **ONE_BY_ONE)
     result = measure(lambda: calls.append(1), CPU, 1, cfg)
     assert result.runs == 5                       # min_runs, then the spread is already small
     assert len(calls) == 2 + 5                    # warm-up calls are not timed
@@ -253,7 +255,7 @@ def test_stop_rule_runs_to_max_runs_on_a_noisy_function(fake_clock):
 def test_stop_rule_stops_at_max_seconds_on_a_noisy_function(fake_clock):
     times = [1.0, 30.0]
     clock = fake_clock(times)
-    cfg = MeasureConfig(warmup_runs=0, min_runs=3, max_runs=10_000, max_cv=0.05, max_seconds=0.25)
+    cfg = MeasureConfig(warmup_runs=0, min_runs=3, max_runs=10_000, max_cv=0.05, max_seconds=0.25, **ONE_BY_ONE)
     result = measure(lambda: None, CPU, 1, cfg)
     # The first run count (>= min_runs) whose total time is past the 250 ms budget.
     total, expected = 0.0, 0
@@ -360,7 +362,7 @@ def test_measure_interleaved_alternates_and_times_each():
         return fn
 
     fns = {"a": make("a", 0.0), "b": make("b", 0.003), "c": make("c", 0.0)}
-    result = measure_interleaved(fns, CPU, batch_size=2, rounds=6, warmup_runs=2)
+    result = measure_interleaved(fns, CPU, batch_size=2, rounds=6, warmup_runs=2, burst_ms=0)
     assert order[:6] == ["a", "a", "b", "b", "c", "c"]          # warm-up, each in turn
     assert order[6:] == ["a", "b", "c"] * 6                     # then A B C A B C ...
     assert set(result) == {"a", "b", "c"}
@@ -369,20 +371,92 @@ def test_measure_interleaved_alternates_and_times_each():
     assert result["b"].median_ms > 5 * result["a"].median_ms
 
 
-def test_short_gpu_calls_are_timed_in_bursts_long_ones_one_by_one(fake_clock, monkeypatch):
-    from aitune_ray.measure import timing
-
+def test_bursts_last_the_target_and_hold_a_few_calls_at_least(fake_clock, monkeypatch):
     cuda = torch.device("cuda")   # only its type is read: the clock and the synchronization are faked
     monkeypatch.setattr(timing, "_sync", lambda device: None)
     fake_clock([0.05])
-    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0, max_burst=64) == 20
-    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0, max_burst=8) == 8
-    assert timing.burst_length(lambda: None, CPU, burst_ms=1.0) == 1        # off the GPU: one call at a time
-    fake_clock([2.5])
-    assert timing.burst_length(lambda: None, cuda, burst_ms=1.0) == 1       # long calls: one at a time
+    assert timing.burst_length(lambda: None, cuda, burst_ms=50.0) == 1000      # 50 ms of 0.05 ms calls
+    assert timing.burst_length(lambda: None, cuda, burst_ms=50.0, max_burst=64) == 64
+    fake_clock([25.0])
+    assert timing.burst_length(lambda: None, cuda, burst_ms=50.0, min_burst=3) == 3   # long calls need few
+    assert timing.burst_length(lambda: None, cuda, burst_ms=0) == 1                    # 0: one call at a time
+    cfg = MeasureConfig()
+    assert cfg.burst_target(cuda) == (50.0, 3) and cfg.burst_target(CPU) == (5.0, 1)
     fake_clock([0.1])
+    monkeypatch.setattr(timing, "_event_ms", lambda fn, device, calls: None)
     calls = []
-    cfg = MeasureConfig(warmup_runs=0, min_runs=4, max_runs=4, max_seconds=100.0, burst_ms=1.0)
+    cfg = MeasureConfig(warmup_runs=0, min_runs=4, max_runs=4, max_seconds=100.0, burst_ms=1.0, latency_runs=0)
     result = measure(lambda: calls.append(1), cuda, 1, cfg)
-    assert result.runs == 4 and len(calls) == 3 + 4 * 10   # 3 probe calls, then 4 bursts of 10
+    # 1 probe call, a probe burst of a quarter burst (3), then 4 bursts of 10 (the CUDA-event cross-check
+    # is faked away: no CUDA in CPU tests)
+    assert len(calls) == 1 + 3 + 4 * 10
+    assert result.runs == 4 and result.calls_per_burst == 10
     assert result.median_ms == pytest.approx(0.1)          # per call, not per burst
+
+
+def test_a_burst_is_read_by_the_wall_clock_between_two_device_wide_synchronizes(monkeypatch):
+    cuda = torch.device("cuda")
+    events = []
+    now = [0.0]
+    monkeypatch.setattr(timing, "_sync", lambda device: events.append(("sync", device.type)))
+
+    def call():
+        events.append("call")
+        now[0] += 0.002
+
+    def clock():
+        events.append("clock")
+        return now[0]
+
+    with timing.use_clock(clock):
+        ms = timing._time_once(call, cuda, 3)
+    assert events == [("sync", "cuda"), "clock", "call", "call", "call", ("sync", "cuda"), "clock"]
+    assert ms == pytest.approx(2.0)
+
+
+def test_a_burst_that_recompiled_is_timed_again_and_counted(fake_clock, monkeypatch):
+    fake_clock([1.0])
+    compiles = iter([0, 1, 1, 1] + [1] * 1000)      # the first burst sees one compile, the rest none
+    monkeypatch.setattr(timing, "_compiles", lambda: next(compiles))
+    cfg = MeasureConfig(warmup_runs=0, min_runs=3, max_runs=3, max_seconds=100.0, **ONE_BY_ONE)
+    result = measure(lambda: None, CPU, 1, cfg)
+    assert result.recompiles == 1 and result.runs == 3
+
+
+def test_measure_reports_single_call_latency_apart_from_the_serving_loop(fake_clock):
+    fake_clock([2.0, 2.0, 2.0, 4.0])
+    cfg = MeasureConfig(warmup_runs=0, min_runs=4, max_runs=4, max_seconds=100.0, cpu_burst_ms=0.0, latency_runs=4)
+    result = measure(lambda: None, CPU, 1, cfg)
+    assert result.latency_p50_ms is not None and result.latency_p90_ms >= result.latency_p50_ms
+    assert result.event_ms is None       # CUDA events only on a GPU
+
+
+def test_side_by_side_rounds_are_paired_shuffled_and_reproducible():
+    from aitune_ray.measure.timing import profile_side_by_side
+
+    store = _store([2, 2, 4])
+    order = []
+    now = [0.0]
+
+    def make(name, ms):
+        def call(x, k):
+            order.append((name, x.shape[0]))
+            now[0] += ms * x.shape[0] / 1e3
+        return call
+
+    calls = {"eager": make("eager", 1.0), "a": make("a", 0.5), "b": make("b", 2.0)}
+    cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0)
+    with timing.use_clock(lambda: now[0]):
+        timed = profile_side_by_side(calls, store, CPU, rounds=12, config=cfg, seed=3)
+        timed_order = order[6:]
+        order.clear()
+        again = profile_side_by_side(calls, store, CPU, rounds=12, config=cfg, seed=3)
+    assert order[6:] == timed_order                              # the same seed, the same orders
+    rounds = [tuple(n for n, bs in timed_order[i:i + 3]) for i in range(0, len(timed_order), 3)]
+    assert all(sorted(r) == ["a", "b", "eager"] for r in rounds)  # every call once per round and size
+    assert len(set(rounds)) > 1                                   # in orders that change
+    for name in calls:
+        for bs in (2, 4):
+            assert len(timed[name][bs].rounds_ms) == 12 == timed[name][bs].runs
+    assert timed["a"][4].median_ms == pytest.approx(2.0) and timed["b"][2].median_ms == pytest.approx(4.0)
+    assert again["a"][4].rounds_ms == pytest.approx(timed["a"][4].rounds_ms)

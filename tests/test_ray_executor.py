@@ -179,7 +179,7 @@ class TestOneNode:
         data = report.to_dict()
         assert all(r["timings"] and r["remeasured"] for r in data["results"])
         rows = report.rows()
-        assert all(f"raw_latency_ms_bs{bs}" in row for row in rows for bs in (1, 4))
+        assert all(f"raw_ms_per_call_bs{bs}" in row for row in rows for bs in (1, 4))
         assert "Re-measured side by side" in report.markdown()
 
     def test_finalists_measured_on_one_gpu_are_remeasured_there_too(self, executor):

@@ -150,7 +150,10 @@ def test_max_throughput_picks_the_fastest_passing_backend():
     assert all(CALLS[f"build:{t}"] == 1 for t in ("failing", "quick", "wrong", "quickest", "slow"))
     assert len(report.results) == 5
     assert report.speedups[quickest.key()] > report.speedups[quick.key()] > 1.0
-    assert "fastest of 2 that passed" in report.decision
+    # quick is more than remeasure_margin behind quickest: judged on its unpaired first timings only
+    assert "fastest of 1 re-measured that passed" in report.decision
+    assert report.verdicts[quickest.key()]["interval"]["paired"]
+    assert not report.verdicts[quick.key()]["interval"]["paired"]
 
 
 def test_max_throughput_without_performance_validation_picks_fastest_successful():
@@ -262,7 +265,8 @@ def test_report_dataframe_and_markdown():
     assert list(df["backend"]) == ["TorchEager (baseline)", "FailingBackend", "WrongBackend", "SlowBackend",
                                    "FastBackend"]
     for column in ("status", "error", "correctness_error", "build_s", "throughput_bs1", "throughput_bs4",
-                   "latency_ms_bs1", "latency_ms_bs4", "p90_ms_bs1", "p90_ms_bs4"):
+                   "latency_ms_bs1", "latency_ms_bs4", "p90_ms_bs1", "p90_ms_bs4", "ms_per_call_bs1",
+                   "speedup_bs1", "speedup_low_bs4", "speedup_high", "rounds", "verdict"):
         assert column in df.columns, column
     rows = df.set_index("backend")
     assert list(rows["status"]) == ["ok", "error", "rejected", "ok", "ok"]
@@ -274,11 +278,17 @@ def test_report_dataframe_and_markdown():
     assert math.isnan(rows.loc["FailingBackend", "latency_ms_bs1"])
     assert list(rows["chosen"]) == [False, False, False, False, True]
     for bs in (1, 4):
-        eager_ms = rows.loc["TorchEager (baseline)", f"latency_ms_bs{bs}"]
+        eager_ms = rows.loc["TorchEager (baseline)", f"ms_per_call_bs{bs}"]
         assert eager_ms >= EAGER_DELAY * 1e3
-        assert rows.loc["SlowBackend", f"latency_ms_bs{bs}"] > eager_ms > rows.loc["FastBackend", f"latency_ms_bs{bs}"]
+        assert rows.loc["SlowBackend", f"ms_per_call_bs{bs}"] > eager_ms > rows.loc["FastBackend", f"ms_per_call_bs{bs}"]
+        # single-call latency, apart from the serving loop's time per call
+        assert rows.loc["SlowBackend", f"latency_ms_bs{bs}"] > rows.loc["FastBackend", f"latency_ms_bs{bs}"]
         assert rows.loc["SlowBackend", f"p90_ms_bs{bs}"] >= rows.loc["SlowBackend", f"latency_ms_bs{bs}"]
         assert rows.loc["TorchEager (baseline)", f"throughput_bs{bs}"] == pytest.approx(bs / (eager_ms / 1e3))
+    fast_row = rows.loc["FastBackend"]
+    assert fast_row["verdict"] == "faster" and fast_row["rounds"] == 30 and fast_row["paired"]
+    assert fast_row["speedup_low"] <= fast_row["speedup"] <= fast_row["speedup_high"]
+    assert fast_row["speedup_low_bs4"] >= 1.01
     assert (rows["build_s"] >= 0).all()
 
     text = report.markdown()
@@ -286,7 +296,8 @@ def test_report_dataframe_and_markdown():
         assert name in text
     assert f"Decision: {report.decision}" in text
     assert "FastBackend **(chosen)**" in text
-    assert "| bs1 thr/s" in text and "bs4 thr/s" in text
+    assert "| bs1 speedup [CI]; thr/s, ms/call; latency p50/p90 ms" in text and "bs4 speedup" in text
+    assert "30 paired rounds" in text and "latency: single calls" in text
 
 
 def test_max_throughput_starts_costly_builds_first_and_first_wins_keeps_priority():

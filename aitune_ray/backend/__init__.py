@@ -1,6 +1,7 @@
 """Backends, each with its Config dataclass. Optional libraries are imported only when a backend builds."""
 
 from aitune_ray.backend.backend import Backend, BackendConfig, BackendState
+from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
 from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend, KernelSelectorBackendConfig
 from aitune_ray.backend.onnx_autocast import ONNXAutoCastConfig
 from aitune_ray.backend.onnx_runtime import ONNXExecutionProvider, ONNXRuntimeBackend, ONNXRuntimeBackendConfig
@@ -15,7 +16,7 @@ from aitune_ray.backend.torch_tensorrt_jit import TorchTensorRTJitBackend, Torch
 from aitune_ray.backend.torchao_backend import TorchAOBackend, TorchAOBackendConfig
 
 __all__ = [
-    "Backend", "BackendConfig", "BackendState", "KernelSelectorBackend", "KernelSelectorBackendConfig",
+    "Backend", "BackendConfig", "BackendState", "BatchDispatchBackend", "BatchDispatchConfig", "KernelSelectorBackend", "KernelSelectorBackendConfig",
     "ONNXExecutionProvider", "ONNXRuntimeBackend", "ONNXRuntimeBackendConfig",
     "TorchAOBackend", "TorchAOBackendConfig",
     "TorchEagerBackend", "TorchEagerBackendConfig",

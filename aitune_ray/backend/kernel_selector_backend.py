@@ -222,7 +222,9 @@ class KernelSelectorBackend(Backend):
 
     # ----- checkpoint ----------------------------------------------------------------------------
     def _state(self) -> dict:
-        state = {"version": STATE_VERSION, "delegate_state": self.delegate._state()}
+        state = {"version": STATE_VERSION, "delegate_state": self.delegate._state(),
+                 "plan_summary": ("empty kernel plan: no function replaced, this is the delegate alone"
+                                  if self.plan.is_empty else f"kernel plan: {self.plan.describe()}")}
         if self.is_jit:
             state["kernel_plan"] = self.plan.to_dict()
         else:  # captured in the artifact; named here for reports only

@@ -12,7 +12,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig, require
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
-from aitune_ray.errors import ConfigError
+from aitune_ray.errors import ConfigError, NotApplicableError
 from aitune_ray.frames import own_frame
 from aitune_ray.samples import SampleStore
 
@@ -78,7 +78,13 @@ class TorchAOBackend(Backend):
         from torchao.quantization import quantize_
 
         model = copy.deepcopy(module).to(device)
+        quantizable = sum(1 for m in model.modules() if isinstance(m, nn.Linear))
         quantize_(model, quant_config)
+        self.quantized_layers, self.quantizable_layers = quantized_layers(model), quantizable
+        if not self.quantized_layers:
+            raise NotApplicableError(
+                f"not applicable: no layer quantized ({type(quant_config).__name__} changed none of the module's "
+                f"{quantizable} Linear layers), so this candidate would run unquantized under its name")
         self._model = model
         if cfg.compile:   # in a frame of its own, as for TorchInductorJitBackend (see aitune_ray.frames)
             self._model = torch.compile(own_frame(model, f"torchao_{type(module).__name__}"), mode=cfg.mode,
@@ -89,3 +95,13 @@ class TorchAOBackend(Backend):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         return self._model(*args, **kwargs)
+
+    def _state(self) -> dict:
+        return {"quantized_layers": self.quantized_layers, "quantizable_layers": self.quantizable_layers}
+
+
+def quantized_layers(model: nn.Module) -> int:
+    """Modules whose weight torchao replaced by a quantized tensor subclass."""
+    return sum(1 for m in model.modules()
+               if isinstance(getattr(m, "weight", None), torch.Tensor)
+               and type(m.weight) not in (torch.Tensor, nn.Parameter))

@@ -1,22 +1,44 @@
-"""Latency measurement: warm up, then time until the spread is small or a budget is spent.
+"""Timing as a serving loop runs: bursts of back-to-back calls between two device-wide synchronizes.
 
-On a GPU, a call shorter than burst_ms is timed in bursts: CUDA events around several calls made back to
-back, the time per call being the burst's time over its length. Host and GPU then overlap as they do in
-a serving loop, and the launch latency and synchronization noise that dominate a single short call (tens
-of microseconds, as much as the kernel itself) are spread over the burst. Calls of burst_ms or longer are
-timed one at a time.
+Every timed sample is a burst: one device-wide synchronize, a wall-clock read, calls made back to back,
+a second device-wide synchronize and a second read; the time per call is the burst's time over its
+length. Host and device then overlap as in a serving loop, and the synchronize (cudaDeviceSynchronize:
+every stream of the device, so also the streams of ONNX Runtime and TensorRT) drains all the work the
+calls queued. Timing one call at a time with CUDA events measures something else for a host-bound call:
+the launch latency of an empty queue, not what a loop of calls sees.
+
+Burst length. On a GPU a burst lasts at least burst_ms (50 ms) and holds at least min_burst (3) calls:
+the first call of a burst starts on an empty queue and the last one's kernels drain after the host is
+done, a ramp of tens of microseconds to a few milliseconds that 50 ms spreads below noise, and the
+two synchronizes and clock reads (~10 us) fall below 0.1%. A long call (20 ms or more) needs only
+min_burst calls. On the CPU calls are synchronous, so a burst only averages the timer and scheduler
+noise: cpu_burst_ms (5 ms) is enough, and a call of 5 ms or more is timed alone.
+
+Measuring cost: a 9-candidate job re-measured side by side (eager + 9 finalists, 2 batch sizes, 30
+rounds of 50 ms bursts) spends 10 x 2 x 30 x 50 ms = 30 s timing, twice that when the decision needs
+the doubled round count.
+
+CUDA events are read around one extra burst as a cross-check (Timing.event_ms), never to decide.
+Single-call latency (one call between two synchronizes) is measured separately and reported as
+latency, never as throughput. Recompiles while timing (torch.compile recompiling under a guard
+failure) are detected, the burst is timed again and the count is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import logging
 import math
+import random
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -28,8 +50,11 @@ class MeasureConfig:
     max_runs: int = 200
     max_cv: float = 0.05           # stop once the coefficient of variation is below this
     max_seconds: float = 2.0       # time budget per batch size, warm-up excluded
-    burst_ms: float = 1.0          # on a GPU, shorter calls are timed in back-to-back bursts this long
-    max_burst: int = 64            # calls per burst at most
+    burst_ms: float = 50.0         # on a GPU, every timed burst of back-to-back calls lasts at least this
+    max_burst: int = 10_000        # calls per burst at most
+    min_burst: int = 3             # on a GPU, calls per burst at least
+    cpu_burst_ms: float = 5.0      # on the CPU, bursts last at least this (a longer call is timed alone)
+    latency_runs: int = 10         # single calls timed for the latency p50/p90 (0: none)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -38,21 +63,42 @@ class MeasureConfig:
     def from_dict(cls, data: dict) -> "MeasureConfig":
         return cls(**data)
 
+    def burst_target(self, device: torch.device) -> tuple[float, int]:
+        """(milliseconds a burst lasts at least, calls it holds at least) on this device."""
+        if torch.device(device).type == "cpu":
+            return self.cpu_burst_ms, 1
+        return self.burst_ms, self.min_burst
+
 
 @dataclasses.dataclass
 class Timing:
-    """Latency statistics of one callable at one batch size."""
+    """Time per call of one callable at one batch size, from serving-loop bursts.
+
+    median_ms / p90_ms / cv: over the bursts (time per call). rounds_ms: every burst's time per call in
+    the order taken; from a side-by-side measurement, entry i is round i, paired with entry i of every
+    other callable of that measurement. latency_*: single calls between two synchronizes (None: not
+    measured). event_ms: CUDA-event time per call of one burst, a cross-check (None off the GPU)."""
 
     batch_size: int
     median_ms: float
     p90_ms: float
     cv: float
     runs: int
+    rounds_ms: list = dataclasses.field(default_factory=list)
+    calls_per_burst: int = 1
+    recompiles: int = 0
+    latency_p50_ms: float | None = None
+    latency_p90_ms: float | None = None
+    event_ms: float | None = None
 
     @property
     def throughput(self) -> float:
         """Samples per second at this batch size."""
         return self.batch_size / (self.median_ms / 1e3) if self.median_ms > 0 else float("inf")
+
+    def samples_ms(self) -> list[float]:
+        """The per-burst times, or the median alone for a timing that kept none."""
+        return list(self.rounds_ms) or [self.median_ms]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -62,66 +108,144 @@ class Timing:
         return cls(**data)
 
 
+def merge_timings(first: Timing, second: Timing) -> Timing:
+    """One timing of the bursts of both, in order (rounds of a second side-by-side pass follow the first)."""
+    merged = _stats(first.samples_ms() + second.samples_ms(), first.batch_size)
+    merged.calls_per_burst = max(first.calls_per_burst, second.calls_per_burst)
+    merged.recompiles = first.recompiles + second.recompiles
+    merged.latency_p50_ms, merged.latency_p90_ms = first.latency_p50_ms, first.latency_p90_ms
+    merged.event_ms = first.event_ms
+    return merged
+
+
+# ----- the clock -------------------------------------------------------------------------------
+
+_clock: Callable[[], float] = time.perf_counter
+
+
+@contextlib.contextmanager
+def use_clock(clock: Callable[[], float]) -> Iterator[None]:
+    """Read bursts with clock (seconds) instead of time.perf_counter: for simulated timing in tests."""
+    global _clock
+    previous, _clock = _clock, clock
+    try:
+        yield
+    finally:
+        _clock = previous
+
+
 def _sync(device: torch.device) -> None:
+    """Device-wide: waits for every stream of the device, whichever library queued the work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def _time_once(fn: Callable[[], object], device: torch.device, calls: int = 1) -> float:
-    """Milliseconds per call over calls back-to-back calls (CUDA events on GPU, perf_counter elsewhere)."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) / calls
-    t0 = time.perf_counter()
+    """Milliseconds per call over calls back-to-back calls, between two device-wide synchronizes."""
+    _sync(device)
+    t0 = _clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) * 1e3 / calls
+    _sync(device)
+    return (_clock() - t0) * 1e3 / calls
 
 
-def burst_length(fn: Callable[[], object], device: torch.device, burst_ms: float = 1.0, max_burst: int = 64) -> int:
-    """Calls per timed burst: 1 off the GPU or for calls of burst_ms or more, else enough to fill burst_ms."""
-    if device.type != "cuda" or burst_ms <= 0 or max_burst <= 1:
+def _event_ms(fn: Callable[[], object], device: torch.device, calls: int) -> float | None:
+    """CUDA-event time per call of one burst (a cross-check of the wall clock; None off the GPU)."""
+    if device.type != "cuda":
+        return None
+    _sync(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    _sync(device)
+    return float(start.elapsed_time(end)) / calls
+
+
+def _compiles() -> int:
+    """Frames torch.compile has compiled so far in this process (a change while timing is a recompile)."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:   # pragma: no cover - a torch without Dynamo
+        return 0
+    return int(counters["frames"].get("total", 0))
+
+
+def _timed_burst(fn: Callable[[], object], device: torch.device, calls: int, retries: int = 2) -> tuple[float, int]:
+    """(ms per call, recompiles seen): a burst that recompiled is timed again, up to retries times."""
+    seen = 0
+    while True:
+        before = _compiles()
+        ms = _time_once(fn, device, calls)
+        if _compiles() == before or seen >= retries:
+            return ms, seen
+        seen += 1
+
+
+def burst_length(fn: Callable[[], object], device: torch.device, burst_ms: float = 50.0,
+                 max_burst: int = 10_000, min_burst: int = 3) -> int:
+    """Calls per burst: enough back-to-back calls to last burst_ms, at least min_burst (1 when burst_ms is 0).
+
+    One call gives a first estimate; a call shorter than the burst is estimated again from a short burst,
+    since back-to-back calls overlap host and device and take less than one call alone."""
+    if burst_ms <= 0 or max_burst <= 1:
         return 1
     single = _time_once(fn, device)
-    if single >= burst_ms:   # a long call is not timed twice more
-        return 1
-    single = min(single, _time_once(fn, device), _time_once(fn, device))
-    if single >= burst_ms:
-        return 1
-    return max(1, min(max_burst, math.ceil(burst_ms / max(single, 1e-3))))
+    if single * max(min_burst, 1) >= burst_ms:   # a long call is not timed twice more
+        return max(1, min(min_burst, max_burst))
+    probe = max(min_burst, min(max_burst, math.ceil(burst_ms / 4 / max(single, 1e-4))))
+    per_call = _time_once(fn, device, probe)
+    return max(min_burst, 1, min(max_burst, math.ceil(burst_ms / max(per_call, 1e-4))))
 
 
 def _stats(times: list[float], batch_size: int) -> Timing:
     median = statistics.median(times)
     mean = statistics.fmean(times)
     cv = statistics.pstdev(times) / mean if len(times) > 1 and mean > 0 else 0.0
+    return Timing(batch_size, median, _p90(times), cv, len(times), rounds_ms=list(times))
+
+
+def _p90(times: list[float]) -> float:
     ordered = sorted(times)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    return Timing(batch_size, median, p90, cv, len(times))
+    return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+
+
+def _warm(fn: Callable[[], object], device: torch.device, runs: int) -> None:
+    for _ in range(runs):
+        fn()
+    _sync(device)
 
 
 def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
             config: MeasureConfig | None = None) -> Timing:
-    """Time fn() at one batch size under the stop rule of config."""
+    """Time fn() at one batch size under the stop rule of config, then its single-call latency."""
     cfg = config or MeasureConfig()
+    target_ms, min_calls = cfg.burst_target(device)
     with torch.no_grad():
-        for _ in range(cfg.warmup_runs):
-            fn()
-        _sync(device)
-        calls = burst_length(fn, device, cfg.burst_ms, cfg.max_burst)
+        _warm(fn, device, cfg.warmup_runs)
+        calls = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
         times: list[float] = []
+        recompiles = 0
         deadline = time.perf_counter() + cfg.max_seconds
         while len(times) < cfg.max_runs:
-            times.append(_time_once(fn, device, calls))
+            ms, seen = _timed_burst(fn, device, calls)
+            times.append(ms)
+            recompiles += seen
             if len(times) >= cfg.min_runs:
                 if _stats(times, batch_size).cv <= cfg.max_cv or time.perf_counter() > deadline:
                     break
-    return _stats(times, batch_size)
+        timing = _stats(times, batch_size)
+        timing.calls_per_burst, timing.recompiles = calls, recompiles
+        if cfg.latency_runs > 0:
+            single = [_time_once(fn, device, 1) for _ in range(cfg.latency_runs)]
+            timing.latency_p50_ms, timing.latency_p90_ms = statistics.median(single), _p90(single)
+        timing.event_ms = _event_ms(fn, device, calls)
+    if recompiles:
+        logger.warning("%d recompile(s) while timing batch size %d: those bursts were timed again",
+                       recompiles, batch_size)
+    return timing
 
 
 def profile_samples(call: Callable, samples, device: torch.device,
@@ -134,34 +258,69 @@ def profile_samples(call: Callable, samples, device: torch.device,
 
 
 def measure_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, batch_size: int,
-                        rounds: int = 30, warmup_runs: int = 3, burst_ms: float = 1.0,
-                        max_burst: int = 64) -> dict[str, Timing]:
-    """Time several callables in turn (A B C A B C ...) so that drift hits them alike. Each gets the
-    same burst length (the one the fastest needs), so that all are timed alike."""
+                        rounds: int = 30, warmup_runs: int = 3, burst_ms: float | None = None,
+                        max_burst: int | None = None) -> dict[str, Timing]:
+    """Time several callables in turn (A B C A B C ...) so that drift hits them alike, each in bursts
+    of its own length (burst_ms None: the MeasureConfig default for this device; 0: one call at a time)."""
+    cfg = MeasureConfig()
+    target_ms, min_calls = cfg.burst_target(device)
+    target_ms = target_ms if burst_ms is None else burst_ms
+    max_burst = cfg.max_burst if max_burst is None else max_burst
     with torch.no_grad():
         for fn in fns.values():
-            for _ in range(warmup_runs):
-                fn()
-        _sync(device)
-        calls = max((burst_length(fn, device, burst_ms, max_burst) for fn in fns.values()), default=1)
+            _warm(fn, device, warmup_runs)
+        calls = {name: burst_length(fn, device, target_ms, max_burst, min_calls) for name, fn in fns.items()}
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(rounds):
             for name, fn in fns.items():
-                times[name].append(_time_once(fn, device, calls))
-    return {name: _stats(t, batch_size) for name, t in times.items()}
+                times[name].append(_time_once(fn, device, calls[name]))
+    out = {name: _stats(t, batch_size) for name, t in times.items()}
+    for name, timing in out.items():
+        timing.calls_per_burst = calls[name]
+    return out
 
 
-def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.device,
-                         rounds: int = 30) -> dict[str, dict[int, Timing]]:
-    """Time every call(*args, **kwargs) in turn (A B A B ...) at each recorded batch size, cycling through
-    that size's samples: {name: {batch size: Timing}}."""
-    timed: dict[str, dict[int, Timing]] = {name: {} for name in calls}
-    for bs in samples.batch_sizes():
-        group = [s for s in samples if s.batch_size == bs]
-        fns = {name: _cycling(call, group) for name, call in calls.items()}
-        for name, timing in measure_interleaved(fns, device, bs, rounds=rounds).items():
-            timed[name][bs] = timing
-    return timed
+def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.device, rounds: int = 30,
+                         config: MeasureConfig | None = None, seed: int = 0) -> dict[str, dict[int, Timing]]:
+    """Paired, interleaved rounds: {name: {batch size: Timing}} whose rounds_ms are paired by index.
+
+    Every round times every call once at every recorded batch size, in an order shuffled anew for each
+    round and batch size (seeded: the same seed gives the same orders), so that drift and periodic
+    interference hit them alike and each round is a paired comparison. Each call cycles through that
+    size's samples; each is warmed up first and keeps its own burst length."""
+    cfg = config or MeasureConfig()
+    target_ms, min_calls = cfg.burst_target(device)
+    order_rng = random.Random(seed)
+    sizes = samples.batch_sizes()
+    fns = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
+           for bs in sizes}
+    times = {name: {bs: [] for bs in sizes} for name in calls}
+    recompiles = {name: {bs: 0 for bs in sizes} for name in calls}
+    with torch.no_grad():
+        lengths = {}
+        for bs in sizes:
+            for name, fn in fns[bs].items():
+                _warm(fn, device, cfg.warmup_runs)
+                lengths[(name, bs)] = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
+        for _ in range(rounds):
+            for bs in sizes:
+                order = list(calls)
+                order_rng.shuffle(order)
+                for name in order:
+                    ms, seen = _timed_burst(fns[bs][name], device, lengths[(name, bs)])
+                    times[name][bs].append(ms)
+                    recompiles[name][bs] += seen
+    out: dict[str, dict[int, Timing]] = {}
+    for name in calls:
+        out[name] = {}
+        for bs in sizes:
+            timing = _stats(times[name][bs], bs)
+            timing.calls_per_burst, timing.recompiles = lengths[(name, bs)], recompiles[name][bs]
+            out[name][bs] = timing
+            if timing.recompiles:
+                logger.warning("%s recompiled %d time(s) while timed side by side at batch size %d",
+                               name, timing.recompiles, bs)
+    return out
 
 
 def _cycling(call: Callable, group: list) -> Callable[[], object]:

@@ -16,7 +16,7 @@ from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
 CONFIG_CHARS = 160   # a config longer than this is cut in the table (the JSON keeps all of it)
-_BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline")
+_BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")
 #: Row keys that the candidates table shows in columns of its own.
 _SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
           "build_s", "gpu", "error", "note", "node", "log_path", "speedup_low", "speedup_high", "total_s"}

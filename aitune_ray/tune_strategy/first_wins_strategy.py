@@ -21,7 +21,7 @@ class FirstWinsStrategy(TuneStrategy):
                 if not head.ok:
                     failures.append(f"{head.backend}: {head.status}")
                     continue
-                outcome = self._record_gate(report, head, baseline)
+                outcome = self._judge(context, executor, [head], baseline, report)[head.key]
                 if outcome.passed:
                     report.chosen = head.key
                     report.decision = f"chose {head.backend}, the first that passed: {outcome.reason}"

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 import logging
 
-from aitune_ray.tune_strategy.performance_validation import mix_time
+from aitune_ray.backend.backend import class_path
+from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
+from aitune_ray.measure.timing import Timing
+from aitune_ray.results import OK, BuildResult
+from aitune_ray.tune_strategy.performance_validation import judge, mix_time, series
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 
 logger = logging.getLogger(__name__)
 
 
 class MaxThroughputStrategy(TuneStrategy):
-    """remeasure_margin: finalists within this fraction of the best are re-timed side by side with eager
-    on one device before the choice (by executors that re-measure: inline and Ray both do)."""
+    """remeasure_margin: finalists within this fraction of the best (by their first timings) are re-timed
+    side by side with eager on one device, in paired rounds, and the decision rule judges them there.
+    When none of them passes, the next group of candidates is re-timed likewise, as long as any is left
+    whose first timings are not clearly slower than eager. The fastest finalist that passes (by its
+    median speedup over the recorded mix) is chosen.
+
+    dispatch_by_batch_size: where different candidates win at different recorded batch sizes, deploy a
+    BatchDispatchBackend that sends each call, by its batch size, to that size's winner (eager where
+    none wins). Every candidate is then re-timed side by side, since one slower over the mix may still
+    win at one size. Off by default."""
 
     overlap_baseline = True   # eager is timed again beside the finalists before the decision
 
-    def __init__(self, backends, *, remeasure_margin: float = 0.10, **kwargs):
+    def __init__(self, backends, *, remeasure_margin: float = 0.10, dispatch_by_batch_size: bool = False,
+                 **kwargs):
         super().__init__(backends, **kwargs)
         self.remeasure_margin = remeasure_margin
+        self.dispatch_by_batch_size = dispatch_by_batch_size
 
     def jobs(self):
         """Every candidate is built anyway, so the order is free: costly builds first (longest-first
@@ -35,21 +49,82 @@ class MaxThroughputStrategy(TuneStrategy):
                 f"{r.backend}: {r.status}" for r in report.results) + ")"
             return
         mix = report.call_mix
-        best = min(mix_time(r.timing, mix) for r in ok)
-        finalists = [r for r in ok if mix_time(r.timing, mix) <= best * (1 + self.remeasure_margin)]
-        new_baseline = executor.remeasure(context, finalists, baseline)
-        if new_baseline:
-            baseline = new_baseline
-            report.remeasured_baseline = {bs: t.to_dict() for bs, t in new_baseline.items()}
-        passed = []
+        margin = float("inf") if self.dispatch_by_batch_size else self.remeasure_margin
+        pending = sorted(ok, key=lambda r: mix_time(r.timing, mix))
+        eager_mix = mix_time(baseline.__getitem__, mix)
+        passed: list[BuildResult] = []
+        group: list[BuildResult] = []
+        while pending and not passed:
+            best = mix_time(pending[0].timing, mix)
+            group = [r for r in pending if mix_time(r.timing, mix) <= best * (1 + margin)]
+            outcomes = self._judge(context, executor, group, baseline, report)
+            passed = [r for r in group if outcomes[r.key].passed]
+            # the rest, unless their first timings already put them clearly behind eager
+            pending = [r for r in pending if r not in group
+                       and mix_time(r.timing, mix) * (1 - self.noise_tolerance) <= eager_mix]
         for r in ok:
-            if self._record_gate(report, r, baseline).passed:
-                passed.append(r)
-        if not passed:
+            if r.key not in report.verdicts:   # never re-measured: judged on their first timings
+                self._record_gate(report, r, baseline)
+        winner = max(passed, key=lambda r: report.speedups[r.key]) if passed else None
+        dispatch = self._dispatch(report, group, winner) if self.dispatch_by_batch_size else None
+        if dispatch is not None:
+            report.results.append(dispatch)
+            report.chosen = dispatch.key
+            routes = ", ".join(f"bs {bs}: {self._name_of(report, k)}" for bs, k in sorted(report.dispatch.items()))
+            report.decision = f"chose a batch-size dispatch ({routes}): {report.notes[dispatch.key]}"
+            return
+        if winner is None:
             report.decision = "kept eager: no backend beat eager (" + "; ".join(
                 f"{r.backend}: {report.notes[r.key]}" for r in ok) + ")"
             return
-        winner = max(passed, key=lambda r: report.speedups[r.key])
         report.chosen = winner.key
-        report.decision = (f"chose {winner.backend}, fastest of {len(passed)} that passed: "
+        report.decision = (f"chose {winner.backend}, fastest of {len(passed)} re-measured that passed: "
                            f"{report.notes[winner.key]}")
+
+    @staticmethod
+    def _name_of(report, key: str | None) -> str:
+        return "eager" if key is None else next(r.backend for r in report.results if r.key == key)
+
+    def _dispatch(self, report, group: list[BuildResult], winner: BuildResult | None) -> BuildResult | None:
+        """A dispatch result when per-size winners differ and together pass the rule; else None."""
+        mix = report.call_mix
+        gate = 1.0 + self.min_speedup_ratio
+        paired = [r for r in group if (report.verdicts.get(r.key) or {}).get("interval", {}).get("paired")]
+        if not paired or not report.remeasured_baseline:
+            return None
+        routes: dict[int, str | None] = {}
+        for bs in mix:
+            best = None
+            for r in paired:
+                interval = report.verdicts[r.key]["intervals"][bs]
+                if interval["low"] >= gate and (best is None or interval["median"] > best[0]):
+                    best = (interval["median"], r.key)
+            routes[bs] = best[1] if best else None
+        single = winner.key if winner is not None else None
+        if len(set(routes.values())) < 2 and set(routes.values()) <= {single}:
+            return None     # one backend (or eager) wins everywhere: no dispatch needed
+        by_key = {r.key: r for r in paired}
+        eager = series(report.remeasured_baseline, mix)
+        members = {bs: by_key[k] for bs, k in routes.items() if k is not None}
+        n = min([len(eager[bs]) for bs in mix] + [len(r.remeasured[bs]["rounds_ms"]) for bs, r in members.items()])
+        composed = {bs: (by_key[routes[bs]].remeasured[bs] if routes[bs] else report.remeasured_baseline[bs])
+                    for bs in mix}
+        outcome = judge({bs: eager[bs][:n] for bs in mix},
+                        {bs: composed[bs]["rounds_ms"][:n] for bs in mix}, mix, paired=True,
+                        enabled=self.performance_validation, min_speedup_ratio=self.min_speedup_ratio,
+                        noise_tolerance=self.noise_tolerance)
+        if not outcome.passed or (winner is not None and outcome.mix_speedup <= report.speedups[winner.key]):
+            return None
+        config = BatchDispatchConfig(routes=routes, members={k: by_key[k].spec for k in set(routes.values()) if k})
+        result = BuildResult(key=f"{BatchDispatchBackend.__name__}-{config.key()}",
+                             backend=BatchDispatchBackend.__name__,
+                             spec={"type": class_path(BatchDispatchBackend), "config": config.to_dict()},
+                             status=OK, device=paired[0].device, gpu=paired[0].gpu, node=paired[0].node,
+                             timings={bs: (by_key[k].timings[bs] if k else report.baseline[bs])
+                                      for bs, k in routes.items()},
+                             remeasured={bs: Timing.from_dict(composed[bs]).to_dict() for bs in mix})
+        result.correctness = max((r.correctness for r in members.values() if r.correctness),
+                                 key=lambda c: c.get("max_error", 0.0), default=None)
+        report.dispatch = dict(routes)
+        self._record(report, result, outcome)
+        return result

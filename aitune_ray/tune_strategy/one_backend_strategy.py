@@ -27,7 +27,7 @@ class OneBackendStrategy(TuneStrategy):
             if original is not None:
                 raise original
             raise BuildError(f"{context.name}: {result.backend} {result.status}: {result.error}")
-        outcome = self._record_gate(report, result, baseline)
+        outcome = self._judge(context, executor, [result], baseline, report)[result.key]
         if outcome.passed:
             report.chosen = result.key
             report.decision = f"chose {result.backend}: {outcome.reason}"

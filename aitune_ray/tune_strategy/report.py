@@ -24,6 +24,9 @@ class ModuleReport:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)           # key -> gate verdict
     speedups: dict[str, float] = dataclasses.field(default_factory=dict)      # key -> mix speedup
     remeasured_baseline: dict[int, dict] = dataclasses.field(default_factory=dict)
+    verdicts: dict[str, dict] = dataclasses.field(default_factory=dict)      # key -> GateOutcome.to_dict()
+    dispatch: dict[int, str | None] = dataclasses.field(default_factory=dict)  # bs -> winner key (None: eager)
+    deploy_checks: list[dict] = dataclasses.field(default_factory=list)       # post-deploy checks, in order
 
     def chosen_result(self) -> BuildResult | None:
         return next((r for r in self.results if r.key == self.chosen), None)
@@ -36,6 +39,8 @@ class ModuleReport:
 
     def _row(self, backend: str, status: str, r: BuildResult | None = None, baseline: bool = False) -> dict:
         corr = (r.correctness or {}) if r else {}
+        verdict = self.verdicts.get(r.key, {}) if r else {}
+        interval = verdict.get("interval") or {}
         row = {
             "module": self.module,
             "backend": backend,
@@ -43,21 +48,33 @@ class ModuleReport:
             "status": status,
             "chosen": (r is not None and r.key == self.chosen) or (baseline and self.chosen is None),
             "speedup": 1.0 if baseline else self.speedups.get(r.key, math.nan),
+            "speedup_low": 1.0 if baseline else interval.get("low", math.nan),
+            "speedup_high": 1.0 if baseline else interval.get("high", math.nan),
+            "rounds": interval.get("rounds", 0),
+            "paired": bool(interval.get("paired", False)),
+            "verdict": verdict.get("verdict", ""),
             "correctness_error": corr.get("max_error", math.nan) if r else 0.0,
             "tolerance": corr.get("tolerance", math.nan) if r else math.nan,
             "build_s": r.build_s if r else 0.0,
             "gpu": r.gpu if r else self.device,
             "error": r.error if r else "",
             "note": self.notes.get(r.key, "") if r else "",
+            "what": describe_candidate(r) if r else "",
         }
         for bs in self.call_mix:
             timing = _timing(self.baseline, self.remeasured_baseline, bs) if baseline else (
                 r.timing(bs) if r else None)
-            row[f"throughput_bs{bs}"] = timing.throughput if timing else math.nan
-            row[f"latency_ms_bs{bs}"] = timing.median_ms if timing else math.nan
-            row[f"p90_ms_bs{bs}"] = timing.p90_ms if timing else math.nan
             raw = (self.baseline if baseline else (r.timings if r else {})).get(bs)
-            row[f"raw_latency_ms_bs{bs}"] = raw["median_ms"] if raw else math.nan
+            first = Timing.from_dict(raw) if raw else None
+            at = (verdict.get("intervals") or {}).get(bs) or (verdict.get("intervals") or {}).get(str(bs)) or {}
+            row[f"speedup_bs{bs}"] = 1.0 if baseline else at.get("median", math.nan)
+            row[f"speedup_low_bs{bs}"] = 1.0 if baseline else at.get("low", math.nan)
+            row[f"speedup_high_bs{bs}"] = 1.0 if baseline else at.get("high", math.nan)
+            row[f"throughput_bs{bs}"] = timing.throughput if timing else math.nan
+            row[f"ms_per_call_bs{bs}"] = timing.median_ms if timing else math.nan        # serving loop
+            row[f"latency_ms_bs{bs}"] = _latency(first, "p50")                              # single calls
+            row[f"p90_ms_bs{bs}"] = _latency(first, "p90")
+            row[f"raw_ms_per_call_bs{bs}"] = first.median_ms if first else math.nan
         return row
 
     def dataframe(self):
@@ -67,31 +84,60 @@ class ModuleReport:
 
     def markdown(self) -> str:
         head = (f"### {self.module} ({self.strategy} on {self.device}; recorded batch sizes "
-                f"{_mix_text(self.call_mix)})\n\n")
-        cols = ["backend", "config", "status", "correctness", "speedup"]
-        cols += [f"bs{bs} thr/s, p50/p90 ms" for bs in self.call_mix] + ["build s", "note"]
+                f"{_mix_text(self.call_mix)})\n\n"
+                "Speedup: eager time over the candidate's, the median of paired rounds with its 95% interval "
+                "in brackets; ms/call: back-to-back calls between two synchronizes (a serving loop); "
+                "latency: single calls, p50/p90.\n\n")
+        cols = ["backend", "config", "status", "correctness", "speedup [95% CI], rounds"]
+        cols += [f"bs{bs} speedup [CI]; thr/s, ms/call; latency p50/p90 ms" for bs in self.call_mix]
+        cols += ["build s", "verdict / note"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in self.rows():
+            rounds = f", {row['rounds']} {'paired rounds' if row['paired'] else 'unpaired bursts'}" \
+                if row["rounds"] else ""
             cells = [row["backend"] + (" **(chosen)**" if row["chosen"] else ""), row["config"], row["status"],
-                     _num(row["correctness_error"]), _num(row["speedup"], "x")]
+                     _num(row["correctness_error"]),
+                     _interval(row["speedup"], row["speedup_low"], row["speedup_high"]) + rounds]
             for bs in self.call_mix:
-                cells.append(f"{_num(row[f'throughput_bs{bs}'])}, {_num(row[f'latency_ms_bs{bs}'])}/"
-                             f"{_num(row[f'p90_ms_bs{bs}'])}")
-            cells += [_num(row["build_s"]), (row["note"] or row["error"]).replace("|", "/").replace("\n", " ")[:160]]
+                cells.append(f"{_interval(row[f'speedup_bs{bs}'], row[f'speedup_low_bs{bs}'], row[f'speedup_high_bs{bs}'])}; "
+                             f"{_num(row[f'throughput_bs{bs}'])}, {_num(row[f'ms_per_call_bs{bs}'])}; "
+                             f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}")
+            note = "; ".join(t for t in (row["what"], row["note"] or row["error"]) if t)
+            cells += [_num(row["build_s"]), note.replace("|", "/").replace("\n", " ")[:240]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        return head + "\n".join(lines) + self._remeasured_text() + f"\n\nDecision: {self.decision}\n"
+        return (head + "\n".join(lines) + self._remeasured_text() + self._dispatch_text() + self._deploy_text()
+                + f"\n\nDecision: {self.decision}\n")
+
+    def _dispatch_text(self) -> str:
+        if not self.dispatch:
+            return ""
+        names = {r.key: r.backend + (f"({_config_text(r.spec.get('config', {}))})" if r.spec.get("config") else "")
+                 for r in self.results}
+        routes = ", ".join(f"bs {bs} -> {names.get(k, k) if k else 'eager'}" for bs, k in sorted(self.dispatch.items()))
+        return f"\n\nBatch-size dispatch, winner per batch size: {routes}"
+
+    def _deploy_text(self) -> str:
+        if not self.deploy_checks:
+            return ""
+        parts = []
+        for check in self.deploy_checks:
+            text = f"{check['backend']}: {check.get('reason') or check['verdict']}"
+            if check.get("fell_back_to"):
+                text += f" -> fell back to {check['fell_back_to']}"
+            parts.append(text)
+        return "\n\nPost-deploy check (the wrapped Module, as deployed, against eager): " + "; ".join(parts)
 
     def _remeasured_text(self) -> str:
-        """Finalists re-timed beside eager on one device: the re-measured p50 ms, the raw one in brackets."""
+        """Finalists re-timed beside eager on one device: the re-measured ms/call, the first one in brackets."""
         if not self.remeasured_baseline:
             return ""
         parts = []
         for row, r in zip(self.rows(), [None] + self.results):
             if r is None or r.remeasured:
-                cells = [f"bs{bs} {_num(row[f'latency_ms_bs{bs}'])} ({_num(row[f'raw_latency_ms_bs{bs}'])})"
+                cells = [f"bs{bs} {_num(row[f'ms_per_call_bs{bs}'])} ({_num(row[f'raw_ms_per_call_bs{bs}'])})"
                          for bs in self.call_mix]
                 parts.append(f"{row['backend']}: " + ", ".join(cells))
-        return "\n\nRe-measured side by side with eager on one device, p50 ms (raw): " + "; ".join(parts)
+        return "\n\nRe-measured side by side with eager on one device, ms/call (first timing): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -99,6 +145,34 @@ class ModuleReport:
         for r in data["results"]:
             r["artifacts"] = {k: (v if isinstance(v, str) else f"<{len(v)} bytes>") for k, v in r["artifacts"].items()}
         return data
+
+
+def describe_candidate(result: BuildResult) -> str:
+    """What a candidate really is, where its name could mislead: layers a quantizer changed, an empty
+    kernel plan (state fields a backend exports for this)."""
+    state = result.state or {}
+    parts = []
+    if "quantized_layers" in state:
+        parts.append(f"quantized {state['quantized_layers']} of {state.get('quantizable_layers', '?')} layers")
+    plan = state.get("plan_summary")
+    if plan is not None:
+        parts.append(plan)
+    return "; ".join(parts)
+
+
+def _latency(timing: Timing | None, which: str) -> float:
+    if timing is None:
+        return math.nan
+    value = timing.latency_p50_ms if which == "p50" else timing.latency_p90_ms
+    return math.nan if value is None else value
+
+
+def _interval(median: float, low: float, high: float) -> str:
+    if median is None or (isinstance(median, float) and math.isnan(median)):
+        return "-"
+    if low is None or (isinstance(low, float) and math.isnan(low)):
+        return _num(median, "x")
+    return f"{median:.3f}x [{low:.3f}, {high:.3f}]"
 
 
 def _timing(base: dict, remeasured: dict, bs: int) -> Timing | None:

@@ -9,7 +9,7 @@ from typing import Iterable
 from aitune_ray.backend.backend import Backend
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError
-from aitune_ray.measure.timing import MeasureConfig, Timing
+from aitune_ray.measure.timing import MeasureConfig, Timing, merge_timings
 from aitune_ray.results import BuildResult, CandidateJob
 from aitune_ray.tune_strategy.performance_validation import GateOutcome, evaluate
 from aitune_ray.tune_strategy.report import ModuleReport
@@ -22,8 +22,15 @@ class TuneStrategy(ABC):
 
     tolerance: relative L2 error bound for every floating output (None: each backend's own default, else
         a per-dtype default), or a dict mapping backend class names to bounds.
-    min_speedup_ratio: a backend must run the recorded mix at least (1 + this) times faster than eager.
-    noise_tolerance: and be no more than this fraction slower than eager at any recorded batch size.
+    min_speedup_ratio: a backend must run the recorded mix at least (1 + this) times faster than eager,
+        read on the lower bound of the confidence interval of its speedup (see performance_validation).
+    noise_tolerance: and at no recorded batch size may that interval lie below 1 - this.
+    deploy_check_rounds: paired rounds of the post-deploy check (the wrapped Module, as deployed, against
+        eager; see tune_strategy.deploy). 0 turns the check off.
+
+    Every strategy decides on paired, interleaved rounds of the candidate beside eager on one device
+    (Executor.remeasure), measured once more (doubling the rounds) when the first rounds do not decide.
+    An executor that does not re-measure leaves the unpaired first timings to decide, under the same rule.
     """
 
     #: Whether builds may start while eager is first timed (only for strategies that time eager again
@@ -32,7 +39,7 @@ class TuneStrategy(ABC):
 
     def __init__(self, backends: Iterable[Backend], *, tolerance: float | dict[str, float] | None = None,
                  min_speedup_ratio: float = 0.01, noise_tolerance: float = 0.03,
-                 measure_config: MeasureConfig | None = None):
+                 measure_config: MeasureConfig | None = None, deploy_check_rounds: int = 20):
         self.backends = list(backends)
         for b in self.backends:
             if not isinstance(b, Backend):
@@ -47,6 +54,9 @@ class TuneStrategy(ABC):
         self.noise_tolerance = noise_tolerance
         self.measure_config = measure_config or MeasureConfig()
         self.performance_validation = True
+        if deploy_check_rounds < 0:
+            raise ConfigError(f"deploy_check_rounds must not be negative, got {deploy_check_rounds}")
+        self.deploy_check_rounds = deploy_check_rounds
 
     def enable_performance_validation(self, enabled: bool = True) -> "TuneStrategy":
         """Turn the comparison with the eager baseline on (default) or off."""
@@ -67,8 +77,9 @@ class TuneStrategy(ABC):
             return self.tolerance.get(backend.name)
         return self.tolerance
 
-    def gate(self, result: BuildResult, baseline: dict[int, Timing], mix: dict[int, int]) -> GateOutcome:
-        return evaluate(result, baseline, mix, enabled=self.performance_validation,
+    def gate(self, result: BuildResult, baseline: dict[int, Timing], mix: dict[int, int], *,
+             paired: bool = False, final: bool = True) -> GateOutcome:
+        return evaluate(result, baseline, mix, enabled=self.performance_validation, paired=paired, final=final,
                         min_speedup_ratio=self.min_speedup_ratio, noise_tolerance=self.noise_tolerance)
 
     def tune(self, context: TuneContext, executor: Executor) -> ModuleReport:
@@ -91,11 +102,50 @@ class TuneStrategy(ABC):
         logger.info("[%s] %s", context.name, report.decision)
         return report
 
-    def _record_gate(self, report: ModuleReport, result: BuildResult, baseline: dict[int, Timing]) -> GateOutcome:
-        outcome = self.gate(result, baseline, report.call_mix)
+    def _record_gate(self, report: ModuleReport, result: BuildResult, baseline: dict[int, Timing], *,
+                     paired: bool = False) -> GateOutcome:
+        outcome = self.gate(result, baseline, report.call_mix, paired=paired)
+        self._record(report, result, outcome)
+        return outcome
+
+    @staticmethod
+    def _record(report: ModuleReport, result: BuildResult, outcome: GateOutcome) -> None:
         report.speedups[result.key] = outcome.mix_speedup
         report.notes[result.key] = outcome.reason
-        return outcome
+        report.verdicts[result.key] = outcome.to_dict()
+
+    def _judge(self, context: TuneContext, executor: Executor, results: list[BuildResult],
+               baseline: dict[int, Timing], report: ModuleReport) -> dict[str, GateOutcome]:
+        """Re-measure results beside eager in paired rounds and apply the decision rule to each; the
+        results those rounds do not decide are measured once more (the round count doubled) and judged on
+        all rounds. Without re-measurement, the unpaired first timings decide. Records every outcome."""
+        mix = report.call_mix
+        eager = executor.remeasure(context, results, baseline) if results else None
+        paired = [r for r in results if eager and set(r.remeasured) == set(mix)]
+        # a result the executor could not re-measure (it failed to restore there) keeps its first timings
+        outcomes = {r.key: self.gate(r, baseline, mix) for r in results if r not in paired}
+        if paired:
+            report.remeasured_baseline = {bs: t.to_dict() for bs, t in eager.items()}
+            outcomes.update({r.key: self.gate(r, eager, mix, paired=True, final=False) for r in paired})
+            again = [r for r in paired if not outcomes[r.key].decided]
+            if again:
+                first = {r.key: dict(r.remeasured) for r in again}
+                more = executor.remeasure(context, again, baseline)
+                if more and all(set(r.remeasured) == set(mix) for r in again):
+                    eager = {bs: merge_timings(eager[bs], more[bs]) for bs in mix}
+                    for r in again:
+                        r.remeasured = {bs: merge_timings(Timing.from_dict(first[r.key][bs]),
+                                                          Timing.from_dict(r.remeasured[bs])).to_dict()
+                                        for bs in mix}
+                else:   # the second pass failed: judge the first rounds alone
+                    for r in again:
+                        r.remeasured = first[r.key]
+                for r in again:
+                    outcomes[r.key] = self.gate(r, eager, mix, paired=True)
+                report.remeasured_baseline = {bs: t.to_dict() for bs, t in eager.items()}
+        for r in results:
+            self._record(report, r, outcomes[r.key])
+        return outcomes
 
     @abstractmethod
     def _decide(self, context: TuneContext, executor: Executor, handle: RunHandle,

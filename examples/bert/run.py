@@ -15,7 +15,7 @@ import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend, ONNXRuntimeBackend, TorchAOBackend, TorchAOBackendConfig, TorchEagerBackend,
     TorchInductorJitBackend)
-from examples.script import arguments, tune_save_and_compare  # noqa: E402
+from examples.script import arguments, measure, tune_save_and_compare  # noqa: E402
 from examples.bert.model import make_data, make_model  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main(argv=None) -> None:
                 ONNXRuntimeBackend(), KernelSelectorBackend()] if gpu else [TorchEagerBackend(), ONNXRuntimeBackend()]
 
     model = ait.Module(make_model(size=args.size, dtype=dtype).to(device), "bert",
-                       strategy=ait.MaxThroughputStrategy(backends))
+                       strategy=ait.MaxThroughputStrategy(backends, measure_config=measure(args)))
     data = [{k: v.to(device) for k, v in item.items()} for item in make_data(size=args.size, batch_sizes=(2, 8))]
     fresh = ait.Module(make_model(size=args.size, dtype=dtype).to(device), "bert")   # what loads the checkpoint
     tune_save_and_compare(model, data, device, args, fresh)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend, ONNXRuntimeBackend, TorchEagerBackend, TorchInductorJitBackend)
-from examples.script import arguments, tune_save_and_compare  # noqa: E402
+from examples.script import arguments, measure, tune_save_and_compare  # noqa: E402
 from examples.hf_encoder.model import make_data, make_model  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main(argv=None) -> None:
                 else [TorchEagerBackend(), ONNXRuntimeBackend()])
 
     model = ait.Module(make_model(size=args.size, dtype=dtype).to(device), "hf_encoder",
-                       strategy=ait.MaxThroughputStrategy(backends))
+                       strategy=ait.MaxThroughputStrategy(backends, measure_config=measure(args)))
     data = [{k: v.to(device) for k, v in item.items()} for item in make_data()]
     fresh = ait.Module(make_model(size=args.size, dtype=dtype).to(device), "hf_encoder")   # what loads the checkpoint
     tune_save_and_compare(model, data, device, args, fresh)

@@ -1,0 +1,101 @@
+"""Deploying a decision, and the post-deploy check.
+
+deploy() turns the chosen result into a live backend on the driver (a batch-size dispatch from its
+members). check_deployed() then times the user's wrapped Module against eager, in paired interleaved
+rounds, as a user would call it: what was measured (possibly on an actor, possibly before a restore)
+must also be what runs. When the deployed module loses to eager at a recorded batch size beyond
+noise, the next candidate that passed is deployed and checked, else eager; the report says so.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from aitune_ray.backend.backend import Backend, class_path
+from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
+from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
+from aitune_ray.results import BuildResult
+from aitune_ray.tune_strategy.performance_validation import LOSS, GateOutcome, judge, series
+
+logger = logging.getLogger(__name__)
+
+DISPATCH = BatchDispatchBackend.__name__
+
+
+def is_dispatch(result: BuildResult) -> bool:
+    return result.spec.get("type") == class_path(BatchDispatchBackend)
+
+
+def deploy(executor, context, report, result: BuildResult) -> Backend:
+    """A live backend for result: the executor's materialization, or a dispatch over its members'."""
+    if not is_dispatch(result):
+        return executor.materialize(context, result)
+    config = BatchDispatchConfig.from_dict(result.spec["config"])
+    by_key = {r.key: r for r in report.results}
+    members = {key: executor.materialize(context, by_key[key]) for key in config.members}
+    device = next((m.device for m in members.values() if m.device is not None), context.device)
+    return BatchDispatchBackend.assemble(context.module, members, config.routes, device)
+
+
+def skip_reason(backend: Backend | None) -> str:
+    """Why the deployed module cannot be timed here ("" when it can)."""
+    if backend is None:
+        return "eager kept"
+    device = backend.device
+    if getattr(backend, "result_key", None) is not None or (
+            device is not None and device.type == "cuda" and not torch.cuda.is_available()):
+        return ("skipped: this driver has no GPU to run the deployed module on; the checkpoint is checked "
+                "where it is loaded")
+    return ""
+
+
+def check_deployed(module, eager, samples, device, strategy, rounds: int,
+                   config: MeasureConfig | None = None) -> GateOutcome:
+    """Paired rounds of the wrapped module (as deployed) against eager; the outcome of the decision rule."""
+    mix = samples.call_mix()
+    timed = profile_side_by_side({"eager": eager, "deployed": module}, samples, device, rounds, config)
+    return judge(series(timed["eager"], mix), series(timed["deployed"], mix), mix, paired=True, enabled=True,
+                 min_speedup_ratio=strategy.min_speedup_ratio, noise_tolerance=strategy.noise_tolerance)
+
+
+def deploy_checked(module, executor, context, report, strategy) -> None:
+    """Deploy report.chosen into module, check it, and fall back (next candidate, else eager) on a loss."""
+    rounds = getattr(strategy, "deploy_check_rounds", 0)
+    tried: set[str] = set()
+    result = report.chosen_result()
+    while result is not None:
+        tried.add(result.key)
+        backend = deploy(executor, context, report, result)
+        module.use_backend(backend)
+        why = ("skipped: deploy_check_rounds is 0" if rounds <= 0 else
+               "skipped: performance validation off" if not strategy.performance_validation else skip_reason(backend))
+        if why:
+            report.deploy_checks.append({"key": result.key, "backend": result.backend, "verdict": why})
+            return
+        outcome = check_deployed(module, context.module, context.samples, context.device, strategy, rounds,
+                                 context.measure)
+        entry = {"key": result.key, "backend": result.backend, "verdict": outcome.verdict,
+                 "reason": outcome.reason, "speedup": outcome.mix_speedup,
+                 "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
+        report.deploy_checks.append(entry)
+        if outcome.verdict != LOSS:
+            logger.info("[%s] post-deploy check of %s: %s", context.name, result.backend, outcome.reason)
+            return
+        following = _next_candidate(report, tried)
+        entry["fell_back_to"] = following.backend if following is not None else "eager"
+        logger.warning("[%s] deployed %s loses to eager (%s): falling back to %s", context.name, result.backend,
+                       outcome.reason, entry["fell_back_to"])
+        report.decision += (f"; post-deploy check: deployed {result.backend} {outcome.reason}, so "
+                            f"{entry['fell_back_to']} is used instead")
+        report.chosen = following.key if following is not None else None
+        result = following
+    module.use_backend(None)
+
+
+def _next_candidate(report, tried: set[str]) -> BuildResult | None:
+    """The fastest not yet tried of those the decision rule passed."""
+    passed = [r for r in report.results if r.key not in tried and r.ok
+              and (report.verdicts.get(r.key) or {}).get("passed")]
+    return max(passed, key=lambda r: report.speedups.get(r.key, 0.0), default=None)

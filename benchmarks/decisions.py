@@ -1,0 +1,270 @@
+"""Do the tuner's decisions hold when the user measures? Tune a model several times, then time the deployed
+module and eager with an independent harness, as a user would, and compare with what the tuner reported.
+
+    python benchmarks/decisions.py --out OUT                          # ViT-B/16 fp16 on the GPU, 3 runs
+    python benchmarks/decisions.py --out OUT --models vit,bert --dispatch
+    python benchmarks/decisions.py --out OUT --device cpu --backends jit,ao-int8wo --runs 2   # CPU, tiny models
+
+Each run tunes a fresh copy of the model (MaxThroughput, inline executor, one device) over the candidate
+set, then the user's harness, which shares no code with aitune_ray.measure, times eager, the deployed
+wrapped Module and every candidate that built: per recorded batch size, 5 interleaved repeats (the order
+rotated per repeat) of 100 back-to-back calls between two torch.cuda.synchronize() and perf_counter reads;
+the user's speedup is the median of eager's times over the median of the module's.
+
+Per run it prints a table: per batch size the chosen backend, the tuner's speedup and its 95% interval,
+the rounds, the user-measured speedup, their difference, and with --dispatch the batch-size dispatch's
+user-measured time against the best single candidate at that size. The targets it checks: no decision
+the user measures slower than eager by more than 3% at a recorded batch size; the tuner within 5% of the
+user at every recorded batch size; with dispatch, the deployed module within 3% of the best single
+candidate at every recorded batch size. Results go to OUT/decisions.json and OUT/decisions.md, rewritten
+after every run (a run cut short keeps the ones before it).
+
+Models: vit (examples/vit: ViT-B/16 sized, fp16, batches 8 and 32 on a GPU; tiny, fp32, 2 and 8 on a CPU),
+bert (examples/bert: BERT-base, fp16, sequence length 128, batches 8 and 32; tiny on a CPU).
+Backends: the names of benchmarks/backends.py (default: jit, jit-ro, jit-max, ao-fp8wo, kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aitune_ray as ait  # noqa: E402
+from aitune_ray.cluster import InlineExecutor  # noqa: E402
+from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
+from backends import BACKENDS  # noqa: E402
+
+DEFAULT_BACKENDS = "jit,jit-ro,jit-max,ao-fp8wo,kernels"
+SLOWER_LIMIT, AGREE_LIMIT, DISPATCH_LIMIT = 0.03, 0.05, 0.03
+
+
+class KeepingExecutor(InlineExecutor):
+    """The inline executor, keeping every built backend after the decision so the harness can time them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kept: dict[str, object] = {}
+
+    def discard(self, context) -> None:
+        self.kept = {key: b for (name, key), b in self._built.items() if name == context.name}
+        super().discard(context)
+
+
+def make_model(name: str, device: torch.device, size: str):
+    """(model, items): items are positional tensors (vit) or keyword dicts (bert), on device."""
+    gpu = device.type == "cuda"
+    sizes = (8, 32) if size == "base" else (2, 8)
+    dtype = "float16" if gpu else "float32"
+    if name == "vit":
+        from examples.vit.model import make_data, make_model as vit
+
+        model, items = vit(size, dtype=dtype), make_data(size, batch_sizes=sizes, dtype=dtype)
+        return model.to(device), [x.to(device) for x in items]
+    if name == "bert":
+        from examples.bert.model import make_data, make_model as bert
+
+        model, items = bert(size, dtype=dtype), make_data(size, batch_sizes=sizes)
+        return model.to(device), [{k: v.to(device) for k, v in item.items()} for item in items]
+    raise SystemExit(f"unknown model {name!r}: vit or bert")
+
+
+def call(fn, item):
+    return fn(**item) if isinstance(item, dict) else fn(item)
+
+
+def batch_of(item) -> int:
+    first = next(iter(item.values())) if isinstance(item, dict) else item
+    return int(first.shape[0])
+
+
+# ----- the user's harness: no aitune_ray code ------------------------------------------------------
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def user_loop(fn, item, calls: int, device: torch.device) -> float:
+    """Milliseconds per call of `calls` back-to-back calls, between two synchronizes."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(item)
+    _sync(device)
+    return (time.perf_counter() - start) * 1e3 / calls
+
+
+def user_times(fns: dict, items: list, device: torch.device, calls: int, repeats: int) -> dict:
+    """{name: {bs: median ms per call}} over `repeats` interleaved repeats, the order rotated per repeat."""
+    by_bs = {}
+    for item in items:
+        by_bs.setdefault(batch_of(item), item)
+    names = list(fns)
+    out = {name: {} for name in names}
+    with torch.no_grad():
+        for bs, item in sorted(by_bs.items()):
+            for name in names:
+                for _ in range(10):
+                    call(fns[name], item)
+            times = {name: [] for name in names}
+            for rep in range(repeats):
+                for name in names[rep % len(names):] + names[:rep % len(names)]:
+                    times[name].append(user_loop(lambda x, f=fns[name]: call(f, x), item, calls, device))
+            for name in names:
+                out[name][bs] = statistics.median(times[name])
+    return out
+
+
+# ----- one run --------------------------------------------------------------------------------------
+def tune_once(model_name: str, backends: list[str], device, size: str, dispatch: bool, rounds: int) -> dict:
+    model, items = make_model(model_name, device, size)
+    eager = make_model(model_name, device, size)[0]     # the same seeded weights, never wrapped
+    candidates = [BACKENDS[b]() for b in backends]
+    labels = {c.key(): name for c, name in zip(candidates, backends)}
+    measure = MeasureConfig(warmup_runs=3, min_runs=10, max_runs=200, max_seconds=1.0)
+    strategy = ait.MaxThroughputStrategy(candidates, measure_config=measure, dispatch_by_batch_size=dispatch)
+    module = ait.Module(model, name=model_name, strategy=strategy)
+    executor = KeepingExecutor(remeasure_rounds=rounds)
+    started = time.perf_counter()
+    func = (lambda **kw: module(**kw)) if isinstance(items[0], dict) else module
+    report = ait.tune(func, items, device=device, executor=executor).modules[0]
+    tune_s = time.perf_counter() - started
+    mix = sorted(report.call_mix)
+    passed = [r for r in report.results if (report.verdicts.get(r.key) or {}).get("passed")
+              and not r.backend.startswith("BatchDispatch")]
+    single = max(passed, key=lambda r: report.speedups[r.key]).key if passed else None
+    fns = {"eager": eager, "deployed": module}
+    for key, backend in executor.kept.items():
+        backend.activate()
+        fns[labels.get(key, key)] = backend.infer
+    started = time.perf_counter()
+    user = user_times(fns, items, device, ARGS.calls, ARGS.repeats)
+    user_s = time.perf_counter() - started
+    chosen = report.chosen_result()
+    verdict = report.verdicts.get(report.chosen, {}) if report.chosen else {}
+    rows = []
+    for bs in mix:
+        at = (verdict.get("intervals") or {}).get(bs) or {}
+        tuner = at.get("median", 1.0)
+        user_speedup = user["eager"][bs] / user["deployed"][bs]
+        row = {"bs": bs, "chosen": labels.get(report.chosen, chosen.backend if chosen else "eager"),
+               "tuner_speedup": tuner, "tuner_low": at.get("low", 1.0), "tuner_high": at.get("high", 1.0),
+               "rounds": (verdict.get("interval") or {}).get("rounds", 0),
+               "user_eager_ms": user["eager"][bs], "user_deployed_ms": user["deployed"][bs],
+               "user_speedup": user_speedup, "tuner_vs_user": tuner / user_speedup - 1.0,
+               "slower_than_eager": user_speedup < 1.0 - SLOWER_LIMIT,
+               "agrees": abs(tuner / user_speedup - 1.0) <= AGREE_LIMIT}
+        singles = {name: t[bs] for name, t in user.items() if name not in ("eager", "deployed")}
+        if singles:
+            best = min(singles, key=singles.get)
+            row.update(best_single=best, best_single_ms=singles[best],
+                       deployed_vs_best=user["deployed"][bs] / singles[best] - 1.0)
+            if dispatch:
+                row["within_best"] = row["deployed_vs_best"] <= DISPATCH_LIMIT
+        rows.append(row)
+    return {"model": model_name, "backends": backends, "dispatch": dispatch, "device": str(device), "size": size,
+            "tune_s": tune_s, "user_s": user_s, "decision": report.decision, "single_winner": labels.get(single, single),
+            "dispatch_routes": {bs: labels.get(k, k) if k else "eager" for bs, k in report.dispatch.items()},
+            "deploy_checks": report.deploy_checks, "rows": rows, "user_ms": user,
+            "statuses": {labels.get(r.key, r.backend): r.status + (f": {r.error[:120]}" if r.error else "")
+                         for r in report.results},
+            "verdicts": {labels.get(k, k): v.get("verdict") for k, v in report.verdicts.items()}}
+
+
+def table(run: dict, index: int) -> str:
+    head = (f"### {run['model']} run {index} ({run['device']}, {run['size']}, dispatch "
+            f"{'on' if run['dispatch'] else 'off'}; tuned in {run['tune_s']:.0f} s, user harness {run['user_s']:.0f} s)\n\n"
+            f"Decision: {run['decision']}\n\n")
+    cols = ["bs", "chosen", "tuner speedup [95% CI]", "rounds", "user speedup", "tuner vs user", "user eager ms",
+            "user deployed ms", "best single (user)", "deployed vs best single"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in run["rows"]:
+        flags = (" SLOWER" if r["slower_than_eager"] else "") + ("" if r["agrees"] else " (off by >5%)")
+        lines.append("| " + " | ".join(str(c) for c in [
+            r["bs"], r["chosen"], f"{r['tuner_speedup']:.3f}x [{r['tuner_low']:.3f}, {r['tuner_high']:.3f}]",
+            r["rounds"], f"{r['user_speedup']:.3f}x{flags}", f"{r['tuner_vs_user']:+.1%}", f"{r['user_eager_ms']:.3f}",
+            f"{r['user_deployed_ms']:.3f}", f"{r.get('best_single', '-')} {r.get('best_single_ms', float('nan')):.3f}",
+            f"{r.get('deployed_vs_best', float('nan')):+.1%}"]) + " |")
+    extra = f"\n\nCandidates: " + "; ".join(f"{k}: {v}" for k, v in run["statuses"].items())
+    extra += "\n\nVerdicts: " + "; ".join(f"{k}: {v}" for k, v in run["verdicts"].items())
+    if run["dispatch_routes"]:
+        extra += "\n\nDispatch: " + ", ".join(f"bs {bs} -> {k}" for bs, k in sorted(run["dispatch_routes"].items()))
+    if run["deploy_checks"]:
+        extra += "\n\nPost-deploy check: " + "; ".join(f"{c['backend']}: {c['verdict']}" for c in run["deploy_checks"])
+    return head + "\n".join(lines) + extra + "\n"
+
+
+def summary(runs: list[dict]) -> str:
+    rows = [r for run in runs for r in run["rows"]]
+    slower = sum(r["slower_than_eager"] for r in rows)
+    agree = sum(r["agrees"] for r in rows)
+    text = (f"## Targets over {len(runs)} run(s), {len(rows)} (run, batch size) pairs\n\n"
+            f"- decisions the user measures slower than eager by more than 3%: {slower} (target 0)\n"
+            f"- tuner's speedup within 5% of the user's: {agree} of {len(rows)} (target all)\n")
+    within = [r for run in runs if run["dispatch"] for r in run["rows"] if "within_best" in r]
+    if within:
+        text += (f"- with dispatch, deployed within 3% of the best single candidate: "
+                 f"{sum(r['within_best'] for r in within)} of {len(within)} (target all)\n")
+    return text
+
+
+def main() -> int:
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for decisions.json and decisions.md")
+    parser.add_argument("--models", default="vit", help="comma-separated: vit, bert")
+    parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"comma-separated (default {DEFAULT_BACKENDS})")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dispatch", action="store_true", help="MaxThroughput with dispatch_by_batch_size=True")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    parser.add_argument("--size", default=None, help="base or tiny (default: base on a GPU, tiny on a CPU)")
+    parser.add_argument("--rounds", type=int, default=20, help="paired rounds of the tuner's re-measure")
+    parser.add_argument("--calls", type=int, default=100, help="back-to-back calls per user loop")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of the user loop")
+    parser.add_argument("--budget-s", type=float, default=None, help="start no run after this many seconds")
+    ARGS = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    device = torch.device(ARGS.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    size = ARGS.size or ("base" if device.type == "cuda" else "tiny")
+    backends = [b for b in ARGS.backends.split(",") if b]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise SystemExit(f"unknown backends {unknown}; known: {sorted(BACKENDS)}")
+    out = Path(ARGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict] = []
+    started = time.perf_counter()
+    for model_name in [m for m in ARGS.models.split(",") if m]:
+        for index in range(1, ARGS.runs + 1):
+            if ARGS.budget_s is not None and time.perf_counter() - started > ARGS.budget_s:
+                print(f"budget of {ARGS.budget_s:.0f} s spent: no more runs")
+                break
+            run = tune_once(model_name, backends, device, size, ARGS.dispatch, ARGS.rounds)
+            runs.append(run)
+            text = table(run, index)
+            print(text, flush=True)
+            gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+            (out / "decisions.md").write_text(
+                f"# Decisions against a user's timing loop ({gpu}, torch {torch.__version__})\n\n"
+                f"Command: python benchmarks/decisions.py {' '.join(sys.argv[1:])}\n\n"
+                + summary(runs) + "\n" + "\n".join(table(r, i + 1) for i, r in enumerate(runs)))
+            (out / "decisions.json").write_text(json.dumps({"gpu": gpu, "torch": torch.__version__,
+                                                            "argv": sys.argv[1:], "runs": runs}, indent=1, default=str))
+    print(summary(runs))
+    print(f"total {time.perf_counter() - started:.0f} s; results in {out}")
+    return 0
+
+
+ARGS = argparse.Namespace(calls=100, repeats=5)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Simulated time for tests of the decision rule: a module and backends of known, noisy speed.
+
+They "sleep" on SIM_CLOCK, a clock that only moves when a call advances it, and draw their noise from
+seeded generators: a tuning under aitune_ray.measure.timing.use_clock(SIM_CLOCK) comes out the same on
+any machine under any load.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitune_ray.backend import Backend, BackendConfig
+from aitune_ray.samples import SampleStore
+
+SIM_CALLS: collections.Counter = collections.Counter()     # "infer:<tag>:<batch size>" -> calls
+
+
+class SimClock:
+    """Seconds that pass only when sleep() is called."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.0)
+
+
+SIM_CLOCK = SimClock()
+
+
+def _ms_at(ms: float, ms_by_bs: dict, batch_size: int) -> float:
+    return float({int(k): v for k, v in ms_by_bs.items()}.get(batch_size, ms))
+
+
+def _noisy(rng: random.Random, ms: float, noise: float) -> float:
+    return ms * max(0.05, 1.0 + rng.gauss(0.0, noise))
+
+
+class SimAffine(nn.Module):
+    """y = 2x + 1, taking ms (or ms_by_bs[batch size]) simulated milliseconds with relative noise."""
+
+    def __init__(self, ms: float = 2.0, ms_by_bs: dict | None = None, noise: float = 0.1, seed: int = 0):
+        super().__init__()
+        self.ms, self.ms_by_bs, self.noise = ms, dict(ms_by_bs or {}), noise
+        self.rng = random.Random(seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        SIM_CALLS[f"infer:eager:{x.shape[0]}"] += 1
+        SIM_CLOCK.sleep(_noisy(self.rng, _ms_at(self.ms, self.ms_by_bs, x.shape[0]), self.noise) / 1e3)
+        return x * 2 + 1
+
+
+@dataclasses.dataclass
+class SimConfig(BackendConfig):
+    """ms / ms_by_bs: simulated milliseconds per call (by batch size); noise: relative, seeded by seed.
+    restored_extra_ms: added to every call once the backend was restored from its recipe (as after a
+    deployment elsewhere, or a checkpoint load): what was measured is then not what runs."""
+
+    tag: str = "sim"
+    ms: float = 1.0
+    ms_by_bs: dict = dataclasses.field(default_factory=dict)
+    noise: float = 0.1
+    seed: int = 1
+    restored_extra_ms: float = 0.0
+
+
+class SimBackend(Backend):
+    config_class = SimConfig
+    is_jit = True
+
+    def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        self.restored = not len(samples)      # a JIT restore rebuilds without samples
+        self.rng = random.Random(self.config.seed)
+
+    def _infer(self, x: torch.Tensor) -> Any:
+        cfg = self.config
+        SIM_CALLS[f"infer:{cfg.tag}:{x.shape[0]}"] += 1
+        ms = _noisy(self.rng, _ms_at(cfg.ms, cfg.ms_by_bs, x.shape[0]), cfg.noise)
+        SIM_CLOCK.sleep((ms + (cfg.restored_extra_ms if self.restored else 0.0)) / 1e3)
+        return x * 2 + 1
+
+
+def sim(tag: str, **values) -> SimBackend:
+    return SimBackend(SimConfig(tag=tag, **values))
