@@ -8,6 +8,12 @@ import torch
 import aitune_ray as ait
 
 
+def device_and_dtype(args: argparse.Namespace, gpu_dtype: str) -> tuple[bool, str, str]:
+    """(whether there is a GPU, the device, the parameters' dtype: gpu_dtype at full size on a GPU, else fp32)."""
+    gpu = torch.cuda.is_available()
+    return gpu, "cuda" if gpu else "cpu", gpu_dtype if gpu and args.size == "base" else "float32"
+
+
 def measure(args: argparse.Namespace):
     """How each candidate is timed: the default, or a short measurement for the tiny (test) sizes."""
     from aitune_ray.measure.timing import MeasureConfig

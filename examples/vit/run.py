@@ -7,23 +7,19 @@
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend, TorchAOBackend, TorchAOBackendConfig, TorchEagerBackend, TorchInductorJitBackend,
     TorchInductorJitBackendConfig)
-from examples.script import arguments, measure, tune_save_and_compare  # noqa: E402
+from examples.script import arguments, device_and_dtype, measure, tune_save_and_compare  # noqa: E402
 from examples.vit.model import make_data, make_model  # noqa: E402
 
 
 def main(argv=None) -> None:
     args = arguments(__doc__, "out/vit_run.ait", argv)
-    gpu = torch.cuda.is_available()
-    device = "cuda" if gpu else "cpu"
-    dtype = "float16" if gpu and args.size == "base" else "float32"
+    gpu, device, dtype = device_and_dtype(args, "float16")
     if gpu:
         backends = [TorchInductorJitBackend(), TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
                     TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")), KernelSelectorBackend()]
