@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import math
 import os
 import platform
@@ -385,15 +384,14 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:
-    """The job's report files: Markdown, HTML, PNGs and the JSON they are rendered from (aitune_ray.report)."""
-    if not job.report:
-        return
+    """The job's report files: Markdown, HTML, PNGs and the JSON they are rendered from (aitune_ray.report),
+    at the job's report path, else next to its checkpoint."""
     from aitune_ray.report import write_reports
 
     data = {"job_path": str(job_path), "job": dataclasses.asdict(job), "host": platform.node(),
             "device": str(device), "elapsed_s": elapsed_s, "checkpoint": str(job.output) if check else None,
             "checkpoint_check": check, "report": report.to_dict(), "events": list(events)}
-    written = write_reports(data, job.report)
+    written = write_reports(data, job.report or Path(job.output).with_suffix(".md"))
     say(f"report: {written['md']}, {written['html']} and {written['json']}")
 
 

@@ -13,8 +13,10 @@ import importlib.metadata
 import importlib.util
 import logging
 import platform
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +30,13 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], str]] = {
     "torchao": (("torchao",), "torchao"),
     "tensorrt": (("tensorrt", "tensorrt-cu12", "tensorrt-cu13"), "tensorrt"),
     "torch_tensorrt": (("torch-tensorrt", "torch_tensorrt"), "torch-tensorrt"),
-    "modelopt": (("nvidia-modelopt",), "tensorrt"),
+    "modelopt": (("nvidia-modelopt",), "modelopt"),
     "sageattention": (("sageattention",), "sage"),
     "flash_attn.cute": (("flash-attn-4", "fa4"), ""),
     "flash_attn": (("flash-attn", "flash_attn"), ""),
 }
+#: Distribution names that the backends' library lists use, by the import name checked here.
+IMPORT_NAMES = {"nvidia-modelopt": "modelopt", "torch-tensorrt": "torch_tensorrt", "onnxruntime-gpu": "onnxruntime"}
 #: Backends that run on CUDA only (the rest run on CPU too).
 GPU_ONLY = ("TensorRT", "TorchTensorRT")
 
@@ -74,15 +78,22 @@ def gpus() -> tuple[list[dict], str]:
 
 
 def driver_version() -> str:
+    """The NVIDIA driver's version: from nvidia-smi, else the kernel module's /proc file, else ""."""
     smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ""
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        if out:
+            return out.splitlines()[0].strip()
     try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
         return ""
-    return out.strip().splitlines()[0].strip() if out.strip() else ""
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
+    return match.group(1) if match else ""
 
 
 def backend_classes() -> list[type]:
@@ -94,8 +105,8 @@ def backend_classes() -> list[type]:
 
 
 def backend_libraries(cls: type) -> tuple[str, ...]:
-    """The optional libraries a backend class needs (it declares them: Backend.libraries)."""
-    return tuple(getattr(cls, "libraries", ()) or ())
+    """The optional libraries a backend class needs, as import names (it declares them: Backend.libraries)."""
+    return tuple(IMPORT_NAMES.get(lib, lib) for lib in (getattr(cls, "libraries", ()) or ()))
 
 
 def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
@@ -104,7 +115,7 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
     for cls in backend_classes():
         name = cls.__name__
         needs = backend_libraries(cls)
-        missing = [lib for lib in needs if not libraries.get(lib, library_status(lib))["ok"]]
+        missing = [lib for lib in needs if not (libraries.get(lib) or library_status(lib))["ok"]]
         devices = [] if missing else (["cuda"] if cuda else []) + ([] if name.startswith(GPU_ONLY) else ["cpu"])
         if name.startswith("ONNXRuntime") and cuda and not missing:
             providers = libraries.get("onnxruntime", {}).get("providers", [])
@@ -114,7 +125,9 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
         extras = sorted({LIBRARIES.get(lib, ((), ""))[1] for lib in needs if lib in missing} - {""})
         if missing and name.startswith("ONNXRuntime") and cuda:
             extras = ["onnx-gpu"]
-        install = " ".join(f"pip install 'aitune-ray[{extra}]'" for extra in extras)
+        if not cuda and name.startswith(GPU_ONLY):
+            missing = missing + ["a CUDA GPU"]
+        install = "pip install " + " ".join(f"'aitune-ray[{extra}]'" for extra in extras) if extras else ""
         verdicts.append({"name": name, "devices": devices, "missing": missing, "install": install})
     return verdicts
 

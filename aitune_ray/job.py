@@ -92,7 +92,7 @@ class Job:
     device: str = "auto"
     executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
     output: str | None = None                # checkpoint path; default: <job file stem>.ait
-    report: str | None = None                # markdown report path (a .json is written next to it)
+    report: str | None = None                # Markdown report path (.html, .json, PNGs beside it); default: beside output
 
     # ----- objects the job names --------------------------------------------------------------------
     def model_factory(self) -> Callable:

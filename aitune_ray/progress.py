@@ -25,10 +25,12 @@ def event_line(event: dict) -> str:
     """One plain line for an event: ``[module] building  Backend on node, gpu`` or ``[module] done ...``."""
     where = ", ".join(str(event[k]) for k in ("node", "gpu") if event.get(k))
     where = f" on {where}" if where else ""
-    module, backend = event.get("module", "?"), event.get("backend") or event.get("key", "?")
-    name = event.get("event", "")
-    task = event.get("task")
-    what = f"{backend}" + (f" ({task})" if task and task != "build" else "")
+    module, name, task = event.get("module", "?"), event.get("event", ""), event.get("task") or ""
+    backend = event.get("backend") or event.get("key") or ""
+    if not backend:              # a module-wide task: the eager baseline, the side-by-side re-measure
+        what = task or "?"
+    else:
+        what = backend + (f" ({task})" if task and task != "build" else "")
     if name not in TERMINAL:
         return f"[{module}] {STATES.get(name, name):<9} {what}{where}"
     status = event.get("status", "?")
@@ -77,7 +79,8 @@ class ProgressView:
                 self._write(event_line(event))
 
     def _update(self, event: dict) -> None:
-        ident = (str(event.get("module", "?")), str(event.get("key") or event.get("backend", "?")))
+        task = str(event.get("task") or "")
+        ident = (str(event.get("module", "?")), str(event.get("key") or event.get("backend") or task or "?"))
         row = self.rows.setdefault(ident, {"module": ident[0], "backend": event.get("backend") or ident[1],
                                            "since": time.monotonic(), "state": "", "where": "", "elapsed": None})
         name = event.get("event", "")

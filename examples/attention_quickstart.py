@@ -3,6 +3,7 @@ F.scaled_dot_product_attention call gets the fastest correct kernel of the insta
 (PyTorch flash and cuDNN SDPA, FlashAttention-4), then a checkpoint saved and loaded.
 
     python examples/attention_quickstart.py
+    aitune-ray tune examples/attention/job.yaml        # the same as a job file (job_cpu.yaml on a CPU)
 
 On a GPU: (2, 8, 256, 64) fp16. Without one: a smaller float32 shape on the CPU (most providers then
 report that they need CUDA, and the module may well stay eager).
@@ -20,14 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import KernelSelectorBackend  # noqa: E402
+from examples.attention.model import Attention  # noqa: E402  (also the module of examples/attention/job.yaml)
 
 logging.basicConfig(level=logging.WARNING)
-
-
-class Attention(torch.nn.Module):
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v)
-
 
 if torch.cuda.is_available():
     device, dtype, shape = "cuda", torch.float16, (2, 8, 256, 64)

@@ -62,6 +62,20 @@ def test_json_lines():
     assert event_line({"event": "done", "status": "cancelled"}) == "[?] stopped ?: cancelled"
 
 
+def test_module_wide_tasks_have_rows_and_lines_of_their_own():
+    """The baseline and the re-measure carry no candidate: each is named by its task, in its own row."""
+    base = {"module": "m", "key": "", "backend": "", "node": "n1", "gpu": "cpu"}
+    events = [dict(base, task="baseline", event="measuring"), dict(base, task="baseline", event="done", status="ok",
+              elapsed_s=1.0), dict(base, task="remeasure", event="remeasuring")]
+    view = ProgressView(io.StringIO(), live=True)
+    for event in events:
+        view(event)
+    assert [(r["backend"], r["state"]) for r in view.rows.values()] == [("baseline", "ok"), ("remeasure", "re-measuring")]
+    assert [event_line(e) for e in events] == ["[m] measuring baseline on n1, cpu",
+                                               "[m] done    baseline: ok after 1.0 s on n1, cpu",
+                                               "[m] re-measuring remeasure on n1, cpu"]
+
+
 def test_quiet_prints_nothing_and_log_json_prints_json(tmp_path, capsys):
     job = quick_job(tmp_path)
     assert main(["tune", "-q", str(job)]) == 0

@@ -37,16 +37,16 @@ def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
 def test_markdown_has_a_row_per_candidate(quick_report):
     text = quick_report.read_text()
     head = table_rows(text, "backend")[0]
-    for column in ("status", "correctness error (tolerance)", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
+    for column in ("status", "correctness error (tolerance)", "speedup [interval]", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
                    "node", "GPU", "error / note", "log"):
         assert column in head, column
     (eager,) = table_rows(text, "TorchEager (baseline)")
     (failed,) = table_rows(text, "RaisingBackend")
     (chosen,) = table_rows(text, "TorchEagerBackend (chosen)")
-    assert eager[head.index("status")] == "ok" and eager[head.index("speedup")] == "1x"
+    assert eager[head.index("status")] == "ok" and eager[head.index("speedup [interval]")] == "1x"
     assert failed[head.index("status")] == "error"
     assert "this backend always fails to build" in failed[head.index("error / note")]
-    assert chosen[head.index("status")] == "ok" and chosen[head.index("speedup")].endswith("x")
+    assert chosen[head.index("status")] == "ok" and chosen[head.index("speedup [interval]")].endswith("x")
     assert float(chosen[head.index("bs16 p50/p90 ms")].split("/")[0]) > 0
     assert "Decision: chose TorchEagerBackend" in text
     assert "![timeline](mlp-timeline.png)" in text and "driver's wall clock" in text
@@ -163,7 +163,7 @@ def small_report() -> ModuleReport:
         {"function": "scaled_dot_product_attention", "description": "sage", "source": "provider",
          "status": "unsupported", "error": "sageattention is not installed", "gpu": "g0"}]}
     data = {"module": "enc", "strategy": "MaxThroughputStrategy", "device": "cuda", "call_mix": {"2": 3},
-            "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend",
+            "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend", "speedups": {"k1": 2.0},
             "results": [{"key": "k1", "backend": "KernelSelectorBackend", "spec": {"type": "x:KernelSelectorBackend"},
                          "status": "ok", "timings": {"2": fast}, "node": "n", "gpu": "g0", "log_path": "/logs/a.log",
                          "state": {"kernel_plan": plan}}]}
@@ -176,7 +176,8 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
     def rows_with_intervals(self):
         rows = original(self)
         for row in rows[1:]:
-            row.update(speedup_lo_bs2=1.8, speedup_hi_bs2=2.2, verdict="faster at every batch size")
+            row.update(speedup_low_bs2=1.8, speedup_high_bs2=2.2, speedup_low=1.7, speedup_high=2.1,
+                       ms_per_call_bs2=0.9, raw_ms_per_call_bs2=1.1, verdict="faster at every batch size")
         return rows
 
     monkeypatch.setattr(ModuleReport, "rows", rows_with_intervals)
@@ -184,6 +185,8 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
     assert "verdict" in head
     chosen = rows[1]
     assert chosen[head.index("bs2 speedup [interval]")] == "2x [1.8, 2.2]"
+    assert chosen[head.index("speedup [interval]")] == "2x [1.7, 2.1]"
+    assert chosen[head.index("bs2 ms/call")] == "0.9" and "raw_ms_per_call_bs2" not in head
     assert chosen[head.index("verdict")] == "faster at every batch size"
     assert chosen[head.index("log")] == "/logs/a.log" and chosen[head.index("node")] == "n"
 
@@ -204,3 +207,35 @@ def test_render_run_file_from_a_hand_written_run(tmp_path):
     text = written["md"].read_text()
     assert "**kernel plan of KernelSelectorBackend**" in text and "Stayed eager: no samples" in text
     assert set(written) == {"md", "html", "throughput"}    # the JSON itself is not rewritten; no events, no timeline
+
+
+def test_module_wide_tasks_are_drawn_in_grey_under_their_phase(tmp_path):
+    """The baseline and the re-measure carry no candidate: their bars are named by phase, in grey."""
+    from aitune_ray.report.plots import EAGER_COLOUR, label
+
+    where = {"module": "m", "key": "", "backend": "", "node": "n", "gpu": "NVIDIA H200 #0"}
+    events = [dict(where, task="baseline", event="measuring", time=1.0),
+              dict(where, task="baseline", event="done", status="ok", time=2.0),
+              dict(where, task="remeasure", event="remeasuring", time=3.0),
+              dict(where, task="remeasure", event="done", status="ok", time=4.0)]
+    bars = spans(events)
+    assert [(label(s), s.row) for s in bars] == [("baseline (m)", "NVIDIA H200 #0 @ n"), ("re-measure (m)", "NVIDIA H200 #0 @ n")]
+    from aitune_ray.report.plots import timeline_png
+
+    png = timeline_png(bars)
+    assert png and png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert EAGER_COLOUR.startswith("#")
+
+
+def test_a_job_without_a_report_path_writes_it_next_to_the_checkpoint(tmp_path):
+    import yaml
+
+    from tests.report_helpers import quick_job
+
+    job = quick_job(tmp_path)
+    data = yaml.safe_load(job.read_text())
+    del data["report"]
+    job.write_text(yaml.safe_dump(data))
+    assert main(["tune", "-q", str(job)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("mlp*")) == ["mlp-throughput.png", "mlp-timeline.png", "mlp.ait",
+                                                             "mlp.html", "mlp.json", "mlp.md"]

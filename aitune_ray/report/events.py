@@ -130,7 +130,11 @@ def _span(event: dict, end: float, outcome: dict, module: str, key: str, task: s
     node, gpu = event.get("node"), event.get("gpu")
     if not node and not gpu:
         node, gpu = outcome.get("node"), outcome.get("gpu")
-    phase = PHASES.get(event.get("event", "")) or TASKS.get(task) or event.get("event") or task or "task"
+    # A candidate's build task shows its phases (build, check, profile); any other task is one kind of work.
+    if task and task != "build" and task in TASKS:
+        phase = TASKS[task]
+    else:
+        phase = PHASES.get(event.get("event", "")) or TASKS.get(task) or event.get("event") or task or "task"
     return Span(row=actor_row(node, gpu), module=str(module), candidate=str(event.get("backend") or key),
                 key=str(key), phase=phase, start=float(event["time"]), end=max(float(end), float(event["time"])),
                 status=str(outcome.get("status") or "ok"))

@@ -99,6 +99,11 @@ def _finite(value) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
+def label(span: Span) -> str:
+    """A span's name in the timeline's legend: its candidate, or for a module-wide task its phase."""
+    return span.candidate or f"{span.phase} ({span.module})"
+
+
 def timeline_png(spans: list[Span], palette: dict | None = None) -> bytes | None:
     """One row per actor (the driver's row last), a bar per phase of each task, coloured by candidate,
     hatched and edged by outcome; crashes and timeouts get a marker at the bar's end."""
@@ -110,12 +115,14 @@ def timeline_png(spans: list[Span], palette: dict | None = None) -> bytes | None
     rows = sorted({s.row for s in spans}, key=lambda r: (r == "driver", r))
     figure = _figure(1.2 + 0.45 * len(rows))
     axes = figure.add_subplot(1, 1, 1)
-    palette = palette or colours([s.candidate for s in spans])
+    palette = dict(palette or colours([label(s) for s in spans]))
+    for span in spans:   # module-wide tasks (baseline, re-measure) in grey
+        palette.setdefault(label(span), EAGER_COLOUR)
     for span in spans:
         y = rows.index(span.row)
         hatch, edge, marker = OUTCOMES.get(span.status, ("++", "black", None))
         width = max(span.end - span.start, 1e-3)
-        axes.barh(y, width, left=span.start - t0, height=0.7, color=palette.get(span.candidate, EAGER_COLOUR),
+        axes.barh(y, width, left=span.start - t0, height=0.7, color=palette[label(span)],
                   hatch=hatch, edgecolor=edge, linewidth=0.8)
         if width > 0.06 * max(1e-3, max(s.end for s in spans) - t0):
             axes.text(span.start - t0 + width / 2, y, span.phase, ha="center", va="center", fontsize=6)
@@ -126,7 +133,7 @@ def timeline_png(spans: list[Span], palette: dict | None = None) -> bytes | None
     axes.set_xlabel("seconds since the first event (driver wall clock)")
     axes.set_title("schedule: a bar per task phase on each actor", fontsize=10)
     axes.grid(axis="x", alpha=0.3)
-    shown = {s.candidate for s in spans}
+    shown = {label(s) for s in spans}
     handles = [Patch(facecolor=colour, label=name) for name, colour in palette.items() if name in shown]
     statuses = list(dict.fromkeys(s.status for s in spans))
     handles += [Patch(facecolor="white", hatch=OUTCOMES.get(st, ("++", "black", None))[0],

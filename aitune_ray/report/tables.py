@@ -9,17 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any
 
 from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
-BASELINE = "TorchEager (baseline)"
+CONFIG_CHARS = 160   # a config longer than this is cut in the table (the JSON keeps all of it)
 _BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")
 #: Row keys that the candidates table shows in columns of its own.
 _SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
-          "build_s", "gpu", "error", "note", "node", "log_path"}
-_PER_BS = ("throughput", "latency_ms", "p90_ms", "raw_latency_ms", "speedup", "raw_ms_per_call")
+          "build_s", "gpu", "error", "note", "node", "log_path", "speedup_low", "speedup_high", "total_s"}
 _INTERVAL_NAMES = (("speedup_lo", "speedup_hi"), ("speedup_low", "speedup_high"),
                    ("speedup_lower", "speedup_upper"))
 
@@ -76,23 +76,25 @@ def interval(row: dict, bs: int) -> tuple[float, float] | None:
 
 
 def extra_columns(rows: list[dict], sizes: list[int]) -> list[str]:
-    """Row keys that no column of the table shows (added by the decision rule): shown as they are."""
-    shown = set(_SHOWN) | {"total_s"}
-    for bs in sizes:
-        shown |= {f"{name}_bs{bs}" for name in _PER_BS}
-        shown |= {f"speedup_interval_bs{bs}", f"speedup_ci_bs{bs}", f"ci_bs{bs}"}
-        shown |= {f"{name}_bs{bs}" for pair in _INTERVAL_NAMES for name in pair}
+    """Row keys that no column of the table shows (added by the decision rule, such as a verdict): shown as
+    they are. Per-batch-size keys other than the table's own stay in the JSON only."""
+    per_bs = re.compile(r"_bs\d+$")
     seen: list[str] = []
     for row in rows:
         for key in row:
-            if key not in shown and key not in seen:
+            if key not in _SHOWN and key not in seen and not per_bs.search(key):
                 seen.append(key)
     return seen
 
 
-def speedup_text(row: dict, bs: int) -> str:
-    text = _num(row.get(f"speedup_bs{bs}"), "x")
-    span = row.get(f"speedup_interval_bs{bs}")
+def speedup_text(row: dict, bs: int | None = None) -> str:
+    """The speedup at batch size bs (None: over the recorded mix), with its interval where there is one."""
+    if bs is None:
+        text, low, high = _num(row.get("speedup"), "x"), row.get("speedup_low"), row.get("speedup_high")
+        span = (low, high) if _is_number(low) and _is_number(high) and not row["backend"].endswith("(baseline)") \
+            else None
+    else:
+        text, span = _num(row.get(f"speedup_bs{bs}"), "x"), row.get(f"speedup_interval_bs{bs}")
     return f"{text} [{_num(span[0])}, {_num(span[1])}]" if span else text
 
 
@@ -111,15 +113,19 @@ def candidate_table(report: ModuleReport, host: str = "") -> tuple[list[str], li
     rows = candidate_rows(report, host)
     sizes = batch_sizes(report)
     extra = extra_columns(rows, sizes)
-    head = ["backend", "config", "status", "correctness error (tolerance)", "speedup"]
+    loop = any(_is_number(row.get(f"ms_per_call_bs{bs}")) for row in rows for bs in sizes)
+    head = ["backend", "config", "status", "correctness error (tolerance)", "speedup [interval]"]
     head += [f"bs{bs} speedup [interval]" for bs in sizes] + [f"bs{bs} p50/p90 ms" for bs in sizes]
+    head += [f"bs{bs} ms/call" for bs in sizes] if loop else []
     head += ["build s", "node", "GPU", *extra, "error / note", "log"]
     table = []
     for row in rows:
-        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), row["config"], row["status"],
-                 f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})", _num(row["speedup"], "x")]
+        config = row["config"] if len(row["config"]) <= CONFIG_CHARS else row["config"][:CONFIG_CHARS] + " ..."
+        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), config, row["status"],
+                 f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})", speedup_text(row)]
         cells += [speedup_text(row, bs) for bs in sizes]
         cells += [f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}" for bs in sizes]
+        cells += [_num(row.get(f"ms_per_call_bs{bs}")) for bs in sizes] if loop else []
         cells += [_num(row["build_s"]), row["node"] or "", row["gpu"] or "", *(value_text(row.get(k)) for k in extra),
                   " ".join(str(row["error"] or row["note"] or "").split()), row["log_path"] or ""]
         table.append([str(c) for c in cells])
