@@ -56,8 +56,12 @@ class KeepingExecutor(InlineExecutor):
         super().__init__(*args, **kwargs)
         self.kept: dict[str, object] = {}
 
+    def release(self, context, result) -> None:
+        """Keep it: the harness times every candidate that built."""
+
     def discard(self, context) -> None:
-        self.kept = {key: b for (name, key), b in self._built.items() if name == context.name}
+        self.kept = {key: self.worker.built(context.name, key) for key in self.worker.built_keys()}
+        self.kept = {key: b for key, b in self.kept.items() if b is not None}
         super().discard(context)
 
 
