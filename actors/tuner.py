@@ -92,7 +92,9 @@ class TunerActor:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         faulthandler.enable(file=self._log, all_threads=True)  # a segfault leaves its traceback here
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"aitune-ray-actor{slot}-"))
+        # Beside the logs, in a folder the driver removes when it closes (on its own node; on the others
+        # cleanup() does it for actors still alive then).
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self._modules: dict[str, tuple[tuple, Any, Any, torch.device]] = {}
         self._built: dict[tuple[str, str], Backend] = {}
         self.loads = 0
@@ -152,6 +154,12 @@ class TunerActor:
 
     def identity(self) -> dict:
         return dict(self._identity)
+
+    def cleanup(self) -> None:
+        """Remove this actor's work folder (called before the pool shuts it down)."""
+        self._modules.clear()
+        self._built.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def stats(self) -> dict:
         return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "slot": self.slot,

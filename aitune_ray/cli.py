@@ -1,6 +1,7 @@
 """The aitune-ray command.
 
     aitune-ray tune JOB.yaml [--executor ray|inline] [--address ADDR] [--device DEV] [--output PATH] [--report PATH]
+                             [--resume | --fresh] [--run-dir PATH]
     aitune-ray report RUN.json [--out PATH]      the Markdown, HTML and PNG report again, from a job's JSON
     aitune-ray inspect CHECKPOINT.ait            what a checkpoint holds, its hashes verified, nothing imported
     aitune-ray doctor [--address ADDR]           what this machine (or each node of a cluster) can run
@@ -12,7 +13,8 @@ Made for ``ray job submit --working-dir . -- aitune-ray tune JOB.yaml``. It prin
 summary table, writes the checkpoint and the report, then loads the checkpoint into a fresh model and
 compares its outputs with the tuned model's. Exit status: 0 when at least one module was tuned (keeping
 eager is a decision too), 1 when every module failed to tune or the checkpoint does not load back, 2 for a
-bad job file. This module is the user interface: it prints; the library only logs.
+bad job file, 130 when interrupted. Each candidate's result is written to the job's run folder as it
+finishes; --resume continues a killed run there, --fresh starts over. This module is the user interface: it prints; the library only logs.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 from aitune_ray.cluster.executor import RunHandle
 from aitune_ray.errors import AITuneRayError, ConfigError
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 _print_lock = threading.Lock()
 _quiet = False
@@ -68,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides device)")
     tune.add_argument("--output", help="checkpoint path (overrides output)")
     tune.add_argument("--report", help="markdown report path, with a .json next to it (overrides report)")
+    again = tune.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the job's unfinished run folder: run only "
+                       "the candidates it has no result for")
+    again.add_argument("--fresh", action="store_true", help="remove the job's run folder and start over")
+    tune.add_argument("--run-dir", help="the run folder, where each result is written as it finishes "
+                      "(default: the checkpoint path with .run appended)")
     add_commands(commands, common)
     return parser
 
@@ -160,7 +168,11 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     try:
-        return run_job(job, Path(args.job), progress_view(args))
+        folder = open_run_folder(job, args)
+        return run_job(job, Path(args.job), progress_view(args), folder)
+    except KeyboardInterrupt:
+        say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
+        return EXIT_INTERRUPTED
     except ConfigError as exc:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
@@ -188,6 +200,21 @@ def apply_overrides(job, args: argparse.Namespace) -> None:
         job.report = args.report
 
 
+def open_run_folder(job, args: argparse.Namespace):
+    """The job's run folder, checked against this job (its content, not the output paths or the executor)."""
+    import hashlib
+
+    from aitune_ray.run_dir import RunFolder
+
+    what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    path = Path(args.run_dir) if args.run_dir else Path(f"{job.output}.run")
+    folder = RunFolder.open(path, {"job": digest}, mode="resume" if args.resume else "fresh" if args.fresh else "new")
+    done = folder.results_count()
+    say(f"run folder: {path}" + (f" ({done} candidate result(s) from the earlier run)" if done else ""))
+    return folder
+
+
 # ----- the run ---------------------------------------------------------------------------------------
 def progress_view(args: argparse.Namespace):
     from aitune_ray.progress import ProgressView
@@ -195,17 +222,17 @@ def progress_view(args: argparse.Namespace):
     return ProgressView(sys.stdout, json_lines=args.log_json, enabled=not args.quiet)
 
 
-def run_job(job, job_path: Path, view=None) -> int:
+def run_job(job, job_path: Path, view=None, folder=None) -> int:
     import contextlib
 
     from aitune_ray.report import EventRecorder
 
     recorder = EventRecorder(view)
     with view if view is not None else contextlib.nullcontext():
-        return _run_job(job, job_path, recorder)
+        return _run_job(job, job_path, recorder, folder)
 
 
-def _run_job(job, job_path: Path, recorder) -> int:
+def _run_job(job, job_path: Path, recorder, folder=None) -> int:
     import torch
 
     import aitune_ray as ait
@@ -227,7 +254,8 @@ def _run_job(job, job_path: Path, recorder) -> int:
         say(f"aitune-ray: tuning {', '.join(modules)} for {device} with {strategy.name} over "
             f"{', '.join(b.describe() for b in strategy.backends)} ({job.executor.type} executor)")
 
-        report = ait.tune(root, on_device(job.make_data(), local), device=device, executor=executor)
+        report = ait.tune(root, on_device(job.make_data(), local), device=device, executor=executor,
+                          run_dir=folder)
         tuned_s = time.perf_counter() - started
         say()
         say(report.markdown())
@@ -245,6 +273,8 @@ def _run_job(job, job_path: Path, recorder) -> int:
         output.parent.mkdir(parents=True, exist_ok=True)
         ait.save(root, output)
         say(f"checkpoint: {output}")
+        if folder is not None:
+            folder.mark_complete()
         if device != local:
             check = {"passed": True, "skipped": f"tuned for {device}, and this machine has no CUDA GPU to "
                                                 "load the checkpoint on"}

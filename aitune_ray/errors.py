@@ -83,3 +83,11 @@ class UnknownClassError(CheckpointError):
 
 class CheckpointSignatureError(CheckpointError):
     """A signing key was given and the checkpoint is unsigned or its HMAC does not match."""
+
+
+class RunFolderError(AITuneRayError):
+    """A run folder cannot be used: it belongs to another job, model or package version, or is damaged."""
+
+
+class ClusterError(AITuneRayError):
+    """The Ray cluster cannot be reached or used."""

@@ -11,6 +11,9 @@ Two ways to resolve a name:
 - untrusted data (a checkpoint, inside ``untrusted()``): only registered classes and the classes passed to
   ``untrusted(...)`` are found; anything else is an UnknownClassError and nothing is imported, so a file
   never chooses which code runs.
+
+The untrusted mode is a context variable: it covers the loading thread (and tasks started in its context),
+not threads that a backend might start while restoring.
 """
 
 from __future__ import annotations

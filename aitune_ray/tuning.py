@@ -6,6 +6,8 @@ import contextlib
 import importlib.util
 import logging
 import os
+import shutil
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -13,7 +15,7 @@ import torch
 
 from aitune_ray.cluster.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
-from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError
+from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError, RunFolderError
 from aitune_ray.module import Module, ModuleState, recording_session
 from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
@@ -79,29 +81,56 @@ def _tune_one(module: Module, device: torch.device, executor: Executor) -> Modul
     logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
                 len(samples), samples.batch_sizes())
     try:
-        report = strategy.tune(context, executor)
-    except Exception:
-        module.report = context.report
-        raise
-    module.report = report
-    deploy_checked(module, executor, context, report, strategy)
-    executor.discard(context)
+        try:
+            report = strategy.tune(context, executor)
+        except Exception:
+            module.report = context.report
+            raise
+        module.report = report
+        deploy_checked(module, executor, context, report, strategy)
+        executor.discard(context)
+    finally:
+        _release_workdir(context.workdir, [module.backend, module.report])
     return report
 
 
+class _Folder:
+    """Removes its folder once it is garbage."""
+
+    def __init__(self, path: Path):
+        weakref.finalize(self, shutil.rmtree, str(path), True)
+
+
+def _release_workdir(workdir: Path, users: list) -> None:
+    """The module's work folder goes once nothing uses it: its chosen backend (whose files a checkpoint
+    save reads may live there) and its report (whose results name artifact files there)."""
+    holder = _Folder(workdir)
+    for user in users:
+        if user is not None:
+            user._workdir = holder   # noqa: SLF001 - a reference, nothing else
+
+
 def tune_modules(modules: Iterable[Module], device=None, executor: Executor | None = None,
-                 raise_errors: bool = False) -> TuningReport:
-    """Tune each module in turn. A module that fails stays eager, with the reason logged and reported."""
+                 raise_errors: bool = False, run_dir=None) -> TuningReport:
+    """Tune each module in turn. A module that fails stays eager, with the reason logged and reported.
+    run_dir: a run folder (path or aitune_ray.run_dir.RunFolder) that journals the run and resumes it."""
     report = TuningReport()
     modules = list(modules)
     _unique_names(modules)
     with _opened(executor) as executor:
+        if run_dir is not None:
+            from aitune_ray.run_dir import journaled
+
+            executor = journaled(executor, run_dir)
         dev = executor.resolve_device(device)
         for module in modules:
             try:
                 report.modules.append(_tune_one(module, dev, executor))
             except (KeyboardInterrupt, SystemExit):
                 module.stay_eager("interrupted")
+                raise
+            except RunFolderError:   # the run folder is not this run's: nothing is tuned against it
+                module.stay_eager("the run folder was refused")
                 raise
             except Exception as exc:
                 reason = f"{type(exc).__name__}: {exc}"
@@ -170,16 +199,20 @@ def _record(func: Callable, dataset: Iterable) -> list[Module]:
     return modules
 
 
-def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None) -> TuningReport:
+def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None,
+         run_dir=None) -> TuningReport:
     """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
-    recording every wrapped Module reached, then tune each one. Returns a TuningReport."""
+    recording every wrapped Module reached, then tune each one. Returns a TuningReport.
+
+    run_dir: a folder where each candidate's result is written as soon as it finishes (with the samples
+    and the eager baseline); when it holds an earlier run of the same model, only what is missing runs."""
     if _devices_are_local(executor):
         resolve_device(device)  # fail before recording when this machine lacks the device
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
     with _opened(executor) as executor:   # a Ray executor's actors start up while this process records
         modules = _record(func, dataset)
-        report = tune_modules(modules, device=device, executor=executor)
+        report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir)
     logger.info("tuning finished\n%s", report.markdown())
     return report
 

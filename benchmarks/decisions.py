@@ -9,7 +9,8 @@ Each run tunes a fresh copy of the model (MaxThroughput, inline executor, one de
 set, then the user's harness, which shares no code with aitune_ray.measure, times eager, the deployed
 wrapped Module and every candidate that built: per recorded batch size, 5 interleaved repeats (the order
 rotated per repeat) of 100 back-to-back calls between two torch.cuda.synchronize() and perf_counter reads;
-the user's speedup is the median of eager's times over the median of the module's.
+the user's speedup is the median of eager's times over the median of the module's. Eager is timed twice
+(the A/A column: the harness's own noise, which bounds what any comparison of this run can show).
 
 Per run it prints a table: per batch size the chosen backend, the tuner's speedup and its 95% interval,
 the rounds, the user-measured speedup, their difference, and with --dispatch the batch-size dispatch's
@@ -142,7 +143,7 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
     passed = [r for r in report.results if (report.verdicts.get(r.key) or {}).get("passed")
               and not r.backend.startswith("BatchDispatch")]
     single = max(passed, key=lambda r: report.speedups[r.key]).key if passed else None
-    fns = {"eager": eager, "deployed": module}
+    fns = {"eager": eager, "eager again": module.module, "deployed": module}   # eager twice: the harness's A/A
     for key, backend in executor.kept.items():
         backend.activate()
         fns[labels.get(key, key)] = backend.infer
@@ -161,9 +162,10 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
                "rounds": (verdict.get("interval") or {}).get("rounds", 0),
                "user_eager_ms": user["eager"][bs], "user_deployed_ms": user["deployed"][bs],
                "user_speedup": user_speedup, "tuner_vs_user": tuner / user_speedup - 1.0,
-               "slower_than_eager": user_speedup < 1.0 - SLOWER_LIMIT,
+               "user_aa": user["eager"][bs] / user["eager again"][bs], "eager_kept": report.chosen is None,
+               "slower_than_eager": report.chosen is not None and user_speedup < 1.0 - SLOWER_LIMIT,
                "agrees": abs(tuner / user_speedup - 1.0) <= AGREE_LIMIT}
-        singles = {name: t[bs] for name, t in user.items() if name not in ("eager", "deployed")}
+        singles = {name: t[bs] for name, t in user.items() if name not in ("eager", "eager again", "deployed")}
         if singles:
             best = min(singles, key=singles.get)
             row.update(best_single=best, best_single_ms=singles[best],
@@ -184,14 +186,15 @@ def table(run: dict, index: int) -> str:
     head = (f"### {run['model']} run {index} ({run['device']}, {run['size']}, dispatch "
             f"{'on' if run['dispatch'] else 'off'}; tuned in {run['tune_s']:.0f} s, user harness {run['user_s']:.0f} s)\n\n"
             f"Decision: {run['decision']}\n\n")
-    cols = ["bs", "chosen", "tuner speedup [95% CI]", "rounds", "user speedup", "tuner vs user", "user eager ms",
-            "user deployed ms", "best single (user)", "deployed vs best single"]
+    cols = ["bs", "chosen", "tuner speedup [95% CI]", "rounds", "user speedup", "tuner vs user", "user A/A",
+            "user eager ms", "user deployed ms", "best single (user)", "deployed vs best single"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in run["rows"]:
         flags = (" SLOWER" if r["slower_than_eager"] else "") + ("" if r["agrees"] else " (off by >5%)")
         lines.append("| " + " | ".join(str(c) for c in [
             r["bs"], r["chosen"], f"{r['tuner_speedup']:.3f}x [{r['tuner_low']:.3f}, {r['tuner_high']:.3f}]",
-            r["rounds"], f"{r['user_speedup']:.3f}x{flags}", f"{r['tuner_vs_user']:+.1%}", f"{r['user_eager_ms']:.3f}",
+            r["rounds"], f"{r['user_speedup']:.3f}x{flags}", f"{r['tuner_vs_user']:+.1%}", f"{r['user_aa']:.3f}x",
+            f"{r['user_eager_ms']:.3f}",
             f"{r['user_deployed_ms']:.3f}", f"{r.get('best_single', '-')} {r.get('best_single_ms', float('nan')):.3f}",
             f"{r.get('deployed_vs_best', float('nan')):+.1%}"]) + " |")
     extra = f"\n\nCandidates: " + "; ".join(f"{k}: {v}" for k, v in run["statuses"].items())
@@ -207,9 +210,13 @@ def summary(runs: list[dict]) -> str:
     rows = [r for run in runs for r in run["rows"]]
     slower = sum(r["slower_than_eager"] for r in rows)
     agree = sum(r["agrees"] for r in rows)
+    kept = sum(r["eager_kept"] for r in rows)
+    spread = max((abs(r["user_aa"] - 1.0) for r in rows), default=0.0)
     text = (f"## Targets over {len(runs)} run(s), {len(rows)} (run, batch size) pairs\n\n"
-            f"- decisions the user measures slower than eager by more than 3%: {slower} (target 0)\n"
-            f"- tuner's speedup within 5% of the user's: {agree} of {len(rows)} (target all)\n")
+            f"- backends chosen that the user measures slower than eager by more than 3%: {slower} (target 0); "
+            f"eager kept at {kept} of the pairs\n"
+            f"- tuner's speedup within 5% of the user's: {agree} of {len(rows)} (target all)\n"
+            f"- the harness's own noise, eager against eager (A/A): up to {spread:.1%} off 1.0x\n")
     within = [r for run in runs if run["dispatch"] for r in run["rows"] if "within_best" in r]
     if within:
         text += (f"- with dispatch, deployed within 3% of the best single candidate: "

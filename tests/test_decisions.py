@@ -125,7 +125,7 @@ def test_a_one_point_four_x_backend_is_chosen_by_every_strategy(strategy):
         verdict = report.verdicts[backend.key()]
         assert verdict["verdict"] == WIN and verdict["interval"]["paired"] and verdict["interval"]["rounds"] == 30
         assert 1.25 < verdict["mix_speedup"] < 1.55 and verdict["interval"]["low"] >= 1.01
-        assert report.deploy_checks[-1]["verdict"] == WIN
+        assert report.deploy_checks[-1]["verdict"] == "holds" and report.deploy_checks[-1]["rule"] == WIN
 
 
 def test_a_one_percent_backend_under_ten_percent_noise_keeps_eager():
@@ -214,7 +214,7 @@ def test_the_post_deploy_check_falls_back_when_the_deployed_backend_is_slower_th
     assert [c["backend"] for c in report.deploy_checks] == ["SimBackend", "SimBackend"]
     assert report.deploy_checks[0]["key"] == lagging.key() and report.deploy_checks[0]["verdict"] == LOSS
     assert report.deploy_checks[0]["fell_back_to"] == "SimBackend"
-    assert report.deploy_checks[1]["key"] == steady.key() and report.deploy_checks[1]["verdict"] == WIN
+    assert report.deploy_checks[1]["key"] == steady.key() and report.deploy_checks[1]["verdict"] == "holds"
     assert report.chosen == steady.key() and module.backend.config.tag == "steady"
     assert "post-deploy check" in report.decision and "post-deploy" in report.markdown().lower()
 

@@ -3,7 +3,8 @@
 An archive is refused before anything is extracted when a member's name is not a plain relative path, when
 two members share a name (exactly or by case), when a member is a symlink, a folder or encrypted, when a
 part is not listed in the manifest exactly once under its own name, and when a part's sizes do not agree
-(a zip bomb declares a small size, or inflates far beyond what it stores). Reads never go past the size
+(a zip bomb declares a small size, or inflates far beyond what it stores), and when a member's local header
+does not repeat its central directory entry. Reads never go past the size
 the manifest declares. Parts are written only inside the folder the loader gives.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import stat
+import struct
 import zipfile
 import zlib
 from pathlib import Path
@@ -42,6 +44,7 @@ class CheckpointArchive:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
         try:
             self._infos = self._check_members()
+            self._check_headers()
         except BaseException:
             self._zip.close()
             raise
@@ -80,6 +83,37 @@ class CheckpointArchive:
             infos[name] = info
             folded[name.casefold()] = name
         return infos
+
+    def _check_headers(self) -> None:
+        """Every member's local header repeats its central directory entry, and the archive ends with its end
+        record (no comment, nothing after): a damaged header is refused even where zipfile would not look."""
+        with open(self.path, "rb") as raw:
+            raw.seek(-22, 2)
+            end = raw.read(22)
+            disks, here, total = struct.unpack("<I2H", end[4:12])
+            if end[:4] != b"PK\x05\x06" or end[20:22] != b"\x00\x00" or disks or here != total or \
+                    total not in (len(self._infos), 0xFFFF):
+                raise CheckpointIntegrityError(f"{self.path}: the zip end record is damaged or followed by data")
+            for info in self._infos.values():
+                raw.seek(info.header_offset)
+                header = raw.read(30)
+                if len(header) < 30:
+                    raise CheckpointTruncatedError(f"{self.path} is truncated (member {fmt.shown(info.filename)})")
+                (magic, version, flags, method, time, date, crc, packed, size, name_length,
+                 _) = struct.unpack("<4s5H3I2H", header)
+                year, month, day, hour, minute, second = info.date_time
+                expected = (version == info.extract_version and flags == info.flag_bits
+                            and method == info.compress_type
+                            and (time, date) == ((hour << 11) | (minute << 5) | (second // 2),
+                                                 ((year - 1980) << 9) | (month << 5) | day))
+                if not flags & 0x08:     # no data descriptor: the local header holds CRC and sizes
+                    expected = expected and crc == info.CRC and (0xFFFFFFFF in (packed, size) or (
+                        packed, size) == (info.compress_size, info.file_size))
+                dos_attributes = info.external_attr & 0xFFFF    # only 'archive' (0x20) is ever written
+                if magic != b"PK\x03\x04" or not expected or raw.read(name_length) != _raw_name(info) or \
+                        dos_attributes not in (0, 0x20):
+                    raise CheckpointIntegrityError(f"{self.path}: the zip header of member "
+                                                   f"{fmt.shown(info.filename)} is damaged")
 
     def manifest(self, signing_key: bytes | str | None = None) -> dict:
         """The manifest, checked against the stored hash (and, given a key, its signature), its format
@@ -161,6 +195,11 @@ class CheckpointArchive:
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} does not match its recorded SHA-256 "
                                            "(it was changed or corrupted)")
         return target
+
+
+def _raw_name(info: zipfile.ZipInfo) -> bytes:
+    """The member name's bytes as stored: UTF-8 when flagged so, else code page 437."""
+    return info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")
 
 
 def _remove(path: Path) -> None:

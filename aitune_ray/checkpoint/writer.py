@@ -129,9 +129,10 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-        if isinstance(exc, (AITuneRayError, KeyboardInterrupt, SystemExit)) or not isinstance(exc, Exception):
+        if not isinstance(exc, Exception):
             raise
-        raise CheckpointError(f"cannot write checkpoint {path}: {type(exc).__name__}: {exc} "
+        what = str(exc) if isinstance(exc, AITuneRayError) else f"{type(exc).__name__}: {exc}"
+        raise CheckpointError(f"cannot write checkpoint {path}: {what} "
                               "(any earlier file at that path is unchanged)") from exc
     _sync_directory(path.parent)
     logger.info("saved checkpoint %s (%d module(s): %s; %d bytes)", path, len(entries),

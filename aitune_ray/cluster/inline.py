@@ -9,6 +9,7 @@ from typing import Iterator
 from aitune_ray.backend.backend import Backend
 from aitune_ray.backend.kernel_selector_backend import KernelSelectorBackend
 from aitune_ray.candidate import run_candidate
+from aitune_ray.cluster import artifacts
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
@@ -74,9 +75,11 @@ class InlineExecutor(Executor):
 
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        backends = {r.key: self._built.get((context.name, r.key)) for r in results}
+        if not self.remeasure_rounds:
+            return None
+        backends = {r.key: self._backend(context, r) for r in results}
         backends = {key: b for key, b in backends.items() if b is not None}
-        if not self.remeasure_rounds or not backends:
+        if not backends:
             return None
         calls = {"eager": context.module}
         for key, backend in backends.items():
@@ -92,8 +95,25 @@ class InlineExecutor(Executor):
         logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(backends))
         return timed["eager"]
 
-    def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
+    def _backend(self, context: TuneContext, result: BuildResult) -> Backend | None:
+        """The backend built here for result, else one restored from its spec, state and artifacts (a result
+        replayed from a run folder). None for a result that has neither."""
         backend = self._built.get((context.name, result.key))
+        if backend is not None or not result.ok:
+            return backend
+        where = context.workdir / "restored" / result.key
+        try:
+            backend = Backend.from_spec(result.spec)
+            backend.restore(context.module, result.state, artifacts.fetch(result.artifacts, where),
+                            context.device, where)
+        except Exception as exc:  # noqa: BLE001 - a backend's restore may raise anything
+            logger.warning("[%s] %s could not be restored: %s: %s", context.name, result.key, type(exc).__name__, exc)
+            return None
+        self._built[(context.name, result.key)] = backend
+        return backend
+
+    def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
+        backend = self._backend(context, result)
         if backend is None:
             raise BuildError(f"{result.key} was not built here for {context.name}")
         backend.activate()

@@ -97,7 +97,8 @@ class ActorPool:
         with self.lock:
             if not urgent and any(self.demand.values()):
                 return None
-            idle = self.idle()
+            # A replacement gets work once it is up: on a cluster that lost a node it may never start.
+            idle = [s for s in self.idle() if s.generation == 1 or s.ready()]
             if prefer is not None:
                 matching = [s for s in self.alive() if (s.identity().get("node"), s.identity().get("gpu")) == prefer]
                 if matching:
@@ -132,8 +133,12 @@ class ActorPool:
                 logger.debug("kill of slot %d: %s", slot.index, exc)
         slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
 
-    def shutdown(self) -> None:
+    def shutdown(self, cleanup_timeout_s: float = 10.0) -> None:
+        """Ask the idle actors to remove their work folders (a busy or dead one cannot), then kill them all."""
         with self.lock:
             self.closed = True
+            refs = [s.actor.cleanup.remote() for s in self.slots if s.alive and not s.busy]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=cleanup_timeout_s)
             for slot in self.slots:
                 self.kill(slot)

@@ -38,7 +38,7 @@ from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
 from aitune_ray.device import parse_device
-from aitune_ray.errors import BuildError, ConfigError, DeviceError
+from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 
@@ -118,6 +118,7 @@ class _RayHandle(RunHandle):
 
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
+        waiting_since = None   # since when jobs wait with nothing in flight
         try:
             for plan in self._plans:   # each profiles here, then searches on a thread of its own
                 for job in plan.jobs:
@@ -130,13 +131,18 @@ class _RayHandle(RunHandle):
                         return
                 self._dispatch()
                 if not self._inflight:
-                    if not self._ex.pool.alive():   # every slot retired: what is left cannot run
+                    waited = time.monotonic() - (waiting_since := waiting_since or time.monotonic())
+                    stalled = bool(self._queue) and not self._plans and waited > self._ex.task_timeout_s
+                    if not self._ex.pool.alive() or stalled:   # every slot retired, or none starts again
+                        reason = "" if not stalled else (f"not run: no actor could start within "
+                                                         f"task_timeout_s={self._ex.task_timeout_s:g}s")
                         while self._queue and not self._cancelled:
-                            yield self._unrun(self._queue.popleft())
+                            yield self._unrun(self._queue.popleft(), reason)
                         if not self._plans:
                             break
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
+                waiting_since = None
                 ready, _ = ray.wait(list(self._inflight), num_returns=1, timeout=self._poll_s())
                 for ref in ready:
                     task = self._inflight.pop(ref)
@@ -260,11 +266,11 @@ class _RayHandle(RunHandle):
         self._ex.pool.replace(task.slot, f"{task.job.key}: timed out")
         return result
 
-    def _unrun(self, job: CandidateJob) -> BuildResult:
+    def _unrun(self, job: CandidateJob, reason: str = "") -> BuildResult:
         result = BuildResult(key=job.key, backend=_backend_name(job), spec=job.spec, status=ERROR,
                              error_type="NoActorsLeft",
-                             error=f"not run: every actor slot used up its max_actor_restarts="
-                                   f"{self._ex.max_actor_restarts} replacements")
+                             error=reason or f"not run: every actor slot used up its max_actor_restarts="
+                                             f"{self._ex.max_actor_restarts} replacements")
         self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
         return result
 
@@ -275,6 +281,35 @@ class _RayHandle(RunHandle):
                            error=error, error_type=error_type, build_s=time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
                            log_path=info.get("log_path") or task.slot.log_path)
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ClusterError naming address when nothing listens there (ray.init would retry for minutes)."""
+    import socket
+
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}); check the "
+                           "address (--address, executor.address or RAY_ADDRESS) and that its head node is up") from exc
+
+
+def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
+    """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
+    worker crashed, hung or ran out of memory (then the logs stay: the report names them)."""
+    import shutil
+
+    folder = Path(log_dir)
+    for work in folder.glob("work-actor*"):
+        shutil.rmtree(work, ignore_errors=True)
+    if own and not keep_logs:
+        shutil.rmtree(own, ignore_errors=True)
+    elif own:
+        logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
 def _backend_name(job: CandidateJob) -> str:
@@ -291,7 +326,8 @@ class RayExecutor(Executor):
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
     artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.cluster.artifacts).
-    log_dir: each actor's own log file goes here (default: a new temporary directory).
+    log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
+        temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
     """
@@ -318,6 +354,8 @@ class RayExecutor(Executor):
         self._own_ray = False
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
+        self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
+        self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
     def open(self) -> None:
@@ -327,6 +365,7 @@ class RayExecutor(Executor):
             address = self.address or os.environ.get("RAY_ADDRESS")
             if address:
                 logger.info("connecting to the Ray cluster at %s", address)
+                check_reachable(address)
                 ray.init(address=address)
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
@@ -348,6 +387,7 @@ class RayExecutor(Executor):
         if size < 1:
             raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        self._own_log_dir = None if self.log_dir else log_dir
         self.pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir)
@@ -357,6 +397,7 @@ class RayExecutor(Executor):
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown()
+            _remove_work_folders(self.pool.log_dir, self._own_log_dir, keep_logs=self._failed)
             self.pool = None
         self._boxes.clear()
         self._baseline_slots.clear()
@@ -419,6 +460,7 @@ class RayExecutor(Executor):
     def _slot(self, prefer: set | None = None) -> Slot:
         self.open()
         slots = self.pool.alive()
+        slots = [s for s in slots if s.generation == 1 or s.ready()] or slots   # not a replacement still pending
         if not slots:
             raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
         if prefer:
@@ -430,7 +472,7 @@ class RayExecutor(Executor):
 
     def _call(self, slot: Slot, ref, what: str):
         """Wait for one actor call under task_timeout_s; a dead or stuck actor is replaced and raises."""
-        started = None
+        started, called = None, time.monotonic()
         try:
             while True:
                 done, _ = ray.wait([ref], timeout=1.0)
@@ -439,7 +481,7 @@ class RayExecutor(Executor):
                 now = time.monotonic()
                 if started is None and slot.ready():
                     started = now
-                if started is not None and now - started > self.task_timeout_s:
+                if now - (started or called + self.task_timeout_s) > self.task_timeout_s:   # startup grace too
                     self.pool.replace(slot, f"{what} timed out")
                     raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {slot.log_path}")
         except _DEATH as exc:
@@ -453,6 +495,7 @@ class RayExecutor(Executor):
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
               elapsed_s: float) -> None:
+        self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
         record = {"module": context.name, "key": job.key, "backend": _backend_name(job), "event": event,
                   "status": status, "node": where.get("node", ""), "gpu": where.get("gpu", ""),
                   "elapsed_s": round(elapsed_s, 3)}
@@ -498,16 +541,23 @@ class RayExecutor(Executor):
         identities = collections.Counter((r.node, r.gpu) for r in results)
         if not results:
             return None
-        slot = self._slot(prefer={identities.most_common(1)[0][0]})
         payload = [{"key": r.key, "spec": r.spec, "state": r.state, "artifacts": self._outbound(context, r)}
                    for r in results]
-        ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
-                                          self.remeasure_rounds)
-        try:
-            out = self._call(slot, ref, f"re-measurement of {context.name}")
-        except BuildError as exc:
-            logger.warning("[%s] finalists keep their raw numbers: %s", context.name, exc)
-            return None
+        prefer = {identities.most_common(1)[0][0]}
+        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
+            slot = self._slot(prefer=prefer)
+            ref = slot.actor.remeasure.remote(context.name, self._box(context), self._intent(context), payload,
+                                              self.remeasure_rounds)
+            try:
+                out = self._call(slot, ref, f"re-measurement of {context.name}")
+                break
+            except BuildError as exc:
+                # (the text, not the exception: a kept log record would keep its frames and their locals)
+                if attempt == 2 or not isinstance(exc.__cause__, _DEATH) or not self.pool.alive():
+                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
+                    return None
+                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
+                prefer = None
         for key, error in out["errors"].items():
             logger.warning("[%s] %s was not re-measured: %s", context.name, key, error)
         for r in results:

@@ -22,6 +22,7 @@ from aitune_ray.tune_strategy.performance_validation import LOSS, GateOutcome, j
 logger = logging.getLogger(__name__)
 
 DISPATCH = BatchDispatchBackend.__name__
+HOLDS = "holds"      # the post-deploy check's verdict when the deployed module loses nowhere beyond noise
 
 
 def is_dispatch(result: BuildResult) -> bool:
@@ -76,7 +77,9 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
             return
         outcome = check_deployed(module, context.module, context.samples, context.device, strategy, rounds,
                                  context.measure)
-        entry = {"key": result.key, "backend": result.backend, "verdict": outcome.verdict,
+        # only a loss beyond noise counts here: an undecided interval still means the deployment holds
+        entry = {"key": result.key, "backend": result.backend,
+                 "verdict": outcome.verdict if outcome.verdict == LOSS else HOLDS, "rule": outcome.verdict,
                  "reason": outcome.reason, "speedup": outcome.mix_speedup,
                  "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
         report.deploy_checks.append(entry)

@@ -92,15 +92,18 @@ class MaxThroughputStrategy(TuneStrategy):
         paired = [r for r in group if (report.verdicts.get(r.key) or {}).get("interval", {}).get("paired")]
         if not paired or not report.remeasured_baseline:
             return None
+        # Each size starts with the single winner (eager without one) and goes to another candidate only
+        # where that one clears the gate there and beats the winner's median at that size.
+        single = winner.key if winner is not None and winner in paired else None
         routes: dict[int, str | None] = {}
         for bs in mix:
-            best = None
+            best_key = single
+            best = report.verdicts[single]["intervals"][bs]["median"] if single else 1.0
             for r in paired:
                 interval = report.verdicts[r.key]["intervals"][bs]
-                if interval["low"] >= gate and (best is None or interval["median"] > best[0]):
-                    best = (interval["median"], r.key)
-            routes[bs] = best[1] if best else None
-        single = winner.key if winner is not None else None
+                if interval["low"] >= gate and interval["median"] > best:
+                    best_key, best = r.key, interval["median"]
+            routes[bs] = best_key
         if len(set(routes.values())) < 2 and set(routes.values()) <= {single}:
             return None     # one backend (or eager) wins everywhere: no dispatch needed
         by_key = {r.key: r for r in paired}
