@@ -17,7 +17,7 @@ from aitune_ray.backend import (ONNXAutoCastConfig, ProfileMode, TensorRTBackend
                                 TensorRTProfile, TorchEagerBackend)
 from aitune_ray.backend.tensorrt_profiles import (derive_profiles, dynamic_axes, for_inputs, load_profiles,
                                                   recorded_shapes, select_profile)
-from aitune_ray.errors import ConfigError, MissingDependencyError
+from aitune_ray.errors import CheckpointError, ConfigError, MissingDependencyError
 from aitune_ray.samples import Sample, SampleStore
 from tests.helpers import FAST_MEASURE, MLP
 
@@ -300,7 +300,9 @@ def test_checkpoint_holds_the_plan_and_profiles_as_artifacts_and_no_pickle(tmp_p
     assert [p["input_0"][0] for p in profiles] == [[2, 8], [6, 8]]   # one static profile per batch size
     assert entry["backend"]["config"]["profiles"] == "samples_used"
 
-    loaded = ait.load(ait.Module(MaskedMLP().eval(), "masked"), tmp_path / "m.ait")
+    with pytest.raises(CheckpointError, match="'model.plan' holds compiled native code"):
+        ait.load(ait.Module(MaskedMLP().eval(), "masked"), tmp_path / "m.ait")   # an engine runs code as it loads
+    loaded = ait.load(ait.Module(MaskedMLP().eval(), "masked"), tmp_path / "m.ait", allow_native_code=True)
     for x, mask in inputs:
         expected = module(x, mask=mask)
         got = loaded(x, mask=mask)
@@ -335,7 +337,7 @@ def test_real_engine_matches_eager_and_survives_a_checkpoint(tmp_path, mode):
     if mode == ProfileMode.SAMPLES_USED:   # one CUDA graph per static profile, captured on first use
         assert backend._engine.captured_profiles == [0, 1, 2]
     ait.save(module, tmp_path / "m.ait")
-    loaded = ait.load(ait.Module(MaskedMLP().eval().to(device), "masked"), tmp_path / "m.ait")
+    loaded = ait.load(ait.Module(MaskedMLP().eval().to(device), "masked"), tmp_path / "m.ait", allow_native_code=True)
     for (x, mask), want in zip(inputs, eager):
         torch.testing.assert_close(loaded(x, mask=mask)["y"], want["y"], rtol=1e-3, atol=1e-3)
 

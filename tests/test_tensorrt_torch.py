@@ -16,7 +16,7 @@ from aitune_ray.backend import (Backend, KernelSelectorBackend, KernelSelectorBa
                                 TorchTensorRTAotBackend, TorchTensorRTAotBackendConfig, TorchTensorRTConfig,
                                 TorchTensorRTJitBackend, TorchTensorRTJitBackendConfig)
 from aitune_ray.backend.torch_tensorrt_aot import export_program
-from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
+from aitune_ray.errors import BuildError, CheckpointError, ConfigError, MissingDependencyError
 from aitune_ray.kernel_forge import SageAttentionKernelProvider, TorchSDPAKernelProvider
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.samples import Sample, SampleStore
@@ -226,3 +226,13 @@ def test_extras_admit_the_torch_tensorrt_release_of_each_supported_torch_and_its
     for release, tensorrt in (("2.11.0", "10.15.1.29"), ("2.12.1", "10.16.1.11"), ("2.13.0", "11.0.0.114")):
         assert release in specs["torch-tensorrt"] and tensorrt in specs["tensorrt-cu13"]
     assert "2.14.0" not in specs["torch-tensorrt"]   # pairs with a torch this project does not admit
+
+
+def test_the_aot_artifact_counts_as_code_that_runs_as_it_loads(tmp_path):
+    from aitune_ray.checkpoint.artifact_check import check_artifacts
+
+    artifact = tmp_path / "model.ep"
+    artifact.write_bytes(b"PK\x05\x06" + b"\x00" * 18)   # any bytes: torch.export.load would unpickle what is inside
+    with pytest.raises(CheckpointError, match="'model.ep' holds compiled native code"):
+        check_artifacts("m", {"model.ep": artifact}, allow_native_code=False)
+    check_artifacts("m", {"model.ep": artifact}, allow_native_code=True)

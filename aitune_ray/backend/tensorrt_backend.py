@@ -11,7 +11,8 @@ Build steps (each is a file in the build folder):
    timing cache (tensorrt_engine).
 
 A checkpoint stores ``model.plan`` and ``profiles.json`` as artifacts and the output structure in the
-manifest: nothing pickled. Loading deserializes the plan on the target GPU; a plan runs only with the
+manifest: nothing pickled. A plan holds compiled GPU kernels, so the loader treats it as native code
+(``allow_native_code=True`` or a signed checkpoint). Loading deserializes the plan on the target GPU; a plan runs only with the
 TensorRT version and GPU family it was built for (``compatibility_level`` widens the GPU side).
 """
 

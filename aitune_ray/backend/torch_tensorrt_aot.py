@@ -6,8 +6,8 @@ in every sample share one, as inputs sharing a batch must) and ``torch_tensorrt.
 opt_shape, max_shape)`` for the engines. The artifact is torch-tensorrt's ExportedProgram archive
 (``model.ep``), loaded with ``torch_tensorrt.load``. Unlike the other artifacts of a checkpoint, that
 archive is not pickle-free: ``torch.export.load`` reads its TensorRT engine objects with a full unpickle
-once the weights-only load refuses them, so load such a checkpoint only from a source you trust (its
-SHA-256 is still checked first).
+once the weights-only load refuses them. The checkpoint loader therefore counts it as code that runs as
+it loads (checkpoint/artifact_check): it loads only with ``allow_native_code=True`` or from a signed file.
 
 As a KernelSelector delegate, a plan with SageAttention is refused before anything is built: its
 Triton kernels have no TensorRT converter, and an exported program with them inlined cannot be saved

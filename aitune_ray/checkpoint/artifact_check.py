@@ -29,6 +29,9 @@ LIBRARY_WORDS = ("library", "custom_op", "plugin", ".so", ".dll", ".dylib")
 NATIVE_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
                 b"\xca\xfe\xba\xbe", b"MZ\x90\x00")
 NATIVE_SUFFIXES = (".so", ".dll", ".dylib", ".pyd")
+# Artifacts that run code as they load whatever their bytes: a TensorRT engine plan (compiled GPU kernels,
+# plugins by name) and a Torch-TensorRT exported program (torch.export.load unpickles its engines).
+RUNS_AS_IT_LOADS = (".plan", ".ep")
 
 
 def check_artifacts(module: str, artifacts: dict[str, Path], allow_native_code: bool) -> None:
@@ -36,7 +39,7 @@ def check_artifacts(module: str, artifacts: dict[str, Path], allow_native_code: 
     allowed) those holding compiled native code."""
     for name, path in artifacts.items():
         if not allow_native_code:
-            found = native_code_in(path)
+            found = name if name.endswith(RUNS_AS_IT_LOADS) else native_code_in(path)
             if found is not None:
                 raise CheckpointError(
                     f"module {module!r}: artifact {name!r} holds compiled native code ({fmt.shown(found)}), which "
