@@ -112,6 +112,7 @@ class InlineExecutor(Executor):
     def _load(self, context: TuneContext) -> None:
         """The module and samples, as they are (no copy): the worker core keys them by identity."""
         token = (id(context.module), id(context.samples), str(context.device))
+        self.worker.workdir.mkdir(parents=True, exist_ok=True)
         self.worker.load(context.name, token, lambda: (context.module, context.samples), context.device,
                          workdir=context.workdir, as_is=True)
 
@@ -150,5 +151,9 @@ class InlineExecutor(Executor):
 
     def discard(self, context: TuneContext) -> None:
         self.worker.discard(context.name)
+        try:   # the worker's own folder, empty once its modules are gone (made again by the next one)
+            self.worker.workdir.rmdir()
+        except OSError:
+            pass
         for key in [k for k in self._plans if k[0] == context.name]:
             del self._plans[key]

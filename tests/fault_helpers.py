@@ -134,8 +134,14 @@ def scratch(tmp_path, monkeypatch):
     """The driver's temporary folders go to tmp_path/tmp, so that a test can see what is left there."""
     import tempfile
 
+    import getpass
+
     folder = tmp_path / "tmp"
     folder.mkdir()
+    # Inductor's cache is the compiler's, not the driver's: keep it where it was (the real temp folder)
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(),
+                                                                       f"torchinductor_{getpass.getuser()}")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     return folder
 

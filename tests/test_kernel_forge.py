@@ -359,7 +359,8 @@ def test_generation_timeout_counts_from_submission_and_keeps_other_results():
     opt = optimizer(providers, generators, generator_min_time_share_percent=0.0, generation_timeout=1.0)
     plan = opt.make_plan(GeluNorm(), gelu_norm_samples())
 
-    assert plan.functions == {"gelu": "test gelu cached"}
+    # (the layer_norm provider computes the original itself: whether it wins is timing noise, not the point)
+    assert plan.functions.get("gelu") == "test gelu cached"
     records = [r for r in plan.results if r["source"].startswith("generator:")]
     timed_out = [r for r in records if r["status"] == "timed out"]
     assert sorted(r["function"] for r in timed_out) == ["gelu", "layer_norm"]
