@@ -1,11 +1,11 @@
 """TunerActor: one per GPU, a thin Ray shell around the worker core (aitune_ray.worker.Worker): its own
-log file and faulthandler, its identity (node, GPU), the warm-up, object references fetched once each,
-large artifacts put in the object store. aitune_ray.cluster.pool makes it an actor pinned to its resources.
+log file and faulthandler, its identity (node, GPU) and readable name, the warm-up, object references
+fetched once each, large artifacts put in the object store (actors.setup has the process set-up).
+aitune_ray.cluster.pool makes it an actor pinned to its resources.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import logging
 import os
 import socket
@@ -17,16 +17,12 @@ from typing import Any
 import ray
 import torch
 
+from actors.setup import compile_share, describe, open_log
 from aitune_ray.failures import pack_exception
 from aitune_ray.results import CandidateJob
 from aitune_ray.worker import Worker, device_for, warm_up
 
 logger = logging.getLogger(__name__)
-
-
-def _node_gpus(node_id: str) -> float:
-    """GPUs on this actor's node, from Ray's view of the cluster (0 when unknown)."""
-    return next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id), 0.0)
 
 
 def _fetch(box: list) -> Any:
@@ -44,45 +40,22 @@ class TunerActor:
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None):
         started = time.time()
         self.slot, self.log_path, self.limit_bytes, self.artifact_dir = slot, log_path, limit_bytes, artifact_dir
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "a", buffering=1)
-        handler = logging.StreamHandler(self._log)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-        logging.getLogger().setLevel(logging.INFO)
-        faulthandler.enable(file=self._log, all_threads=True)  # a segfault leaves its traceback here
-        self._identity = self._describe()
+        self._log = open_log(log_path)
+        self._identity = {**describe(slot), "log_path": log_path, "started_at": started}
         # Beside the logs, in a folder the driver removes when it closes (on its own node; on the others
         # cleanup() does it for actors still alive then).
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self.worker = Worker(workdir, self._identity, log_path)
-        logger.info("actor %d started: pid %d, %s", slot, os.getpid(), self._identity)
-        self._identity["started_at"] = started
+        logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
         if torch.cuda.is_available():
-            # Share the node's CPUs between the actors' compile workers (Ray starts workers with
-            # OMP_NUM_THREADS=1, the actor's CPU reservation; host-side compiles need more).
-            gpus = _node_gpus(self._identity["node_id"]) if self._identity["node_id"] else 0
-            share = max(2, (os.cpu_count() or 2) // max(1, int(gpus or torch.cuda.device_count())))
-            self._identity["warm_up"] = warm_up(share)
+            self._identity["warm_up"] = warm_up(compile_share(self._identity["node_id"]))
         self._identity["threads"] = torch.get_num_threads()
         self._identity["ready_at"] = time.time()   # wall clock: up and warmed (benchmarks read it)
 
-    def _describe(self) -> dict:
-        try:
-            ip, node_id = ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
-        except Exception:  # outside Ray (tests calling the class directly)
-            ip, node_id = "", ""
-        gpu_ids = [str(i) for i in ray.get_gpu_ids()] if ray.is_initialized() else []
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            uuid = str(getattr(props, "uuid", ""))
-            gpu = f"{props.name} #{','.join(gpu_ids) or '0'}" + (f" ({uuid})" if uuid else "")
-        else:   # a logical GPU without CUDA is still an identity of its own
-            gpu = f"cpu (Ray GPU {','.join(gpu_ids)})" if gpu_ids else f"cpu (actor {self.slot})"
-        where = ", ".join(p for p in (ip, f"node {node_id[:8]}" if node_id else "") if p)
-        host = socket.gethostname()
-        return {"node": f"{host} ({where})" if where else host, "node_id": node_id, "gpu": gpu, "gpu_ids": gpu_ids,
-                "cuda": torch.cuda.is_available(), "pid": os.getpid(), "log_path": self.log_path, "slot": self.slot}
+    def __repr__(self) -> str:   # Ray's dashboard and log prefixes show this name
+        ids = ",".join(self._identity.get("gpu_ids") or []) if hasattr(self, "_identity") else ""
+        where = f"gpu{ids}" if ids else f"cpu{self.slot}"
+        return f"tuner {where}@{socket.gethostname()}"
 
     def identity(self) -> dict:
         return dict(self._identity)
@@ -112,12 +85,15 @@ class TunerActor:
 
     def run(self, name: str, box: list, intent: str, job: dict) -> dict:
         """One candidate. Returns {"result": BuildResult dict, "refs": {name: ref} of artifacts too large to
-        travel inside the result (no artifact_dir), "exception": the build's exception, pickled, or None}."""
+        travel inside the result (no artifact_dir), "exception": the build's exception, pickled, or None,
+        "actor_s": this call's own seconds here}."""
+        started = time.perf_counter()
         self._load(name, box, intent)
         result = self.worker.run(name, CandidateJob(**job))
         large = self.worker.pack(name, result, self.limit_bytes, self.artifact_dir)
         refs = {n: ray.put(p.read_bytes()) for n, p in large.items()}
-        return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception)}
+        return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception),
+                "actor_s": time.perf_counter() - started}
 
     def remeasure(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int) -> dict:
         """Eager and every finalist ({"key", "spec", "state", "artifacts"}) timed in turn here."""

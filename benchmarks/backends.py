@@ -8,7 +8,7 @@ Models: mlp, encoder (ViT-B-sized), bert (examples/bert: base on a GPU, tiny on 
 (examples/pipeline: two modules, each tuned with the same backends).
 
 Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx,
-onnx-graphs (ONNX Runtime with CUDA graphs), onnx-opt (with its transformer optimizer), ao-int8wo,
+onnx-graphs (ONNX Runtime with CUDA graphs), onnx-opt (with its transformer optimizer), onnx-opt-graphs (both), ao-int8wo,
 ao-int8dq, ao-fp8wo, kernels (KernelSelectorBackend: attention kernel selection, then Inductor JIT).
 """
 
@@ -49,6 +49,8 @@ BACKENDS = {
     "onnx": lambda: ONNXRuntimeBackend(),
     "onnx-graphs": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_cuda_graphs=True)),
     "onnx-opt": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(transformer_optimizer="bert")),
+    "onnx-opt-graphs": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(transformer_optimizer="bert",
+                                                                           use_cuda_graphs=True)),
     "ao-int8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")),
     "ao-int8dq": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="int8dq")),
     "ao-fp8wo": lambda: TorchAOBackend(TorchAOBackendConfig(quantization="fp8wo")),

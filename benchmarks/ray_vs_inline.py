@@ -121,6 +121,12 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
               "materialize on the driver s": materialize_s}
     budget["dispatch + transfer s (driver-seen - worker-timed)"] = (budget["candidates, driver-seen s (sum)"]
                                                                     - budget["candidates, worker-timed s (sum)"])
+    actor_s = [d["actor_s"] for _, d in builds if d.get("actor_s") is not None]
+    if actor_s:   # the actor's own time per build call, around the worker's (module fetch, artifact packing)
+        budget["build calls on the actors s (sum)"] = sum(actor_s)
+        budget["Ray transfer and queueing s (driver-seen - actor)"] = seen_s - sum(actor_s)
+    on_driver = [b for b, _ in baseline if str(b.get("gpu", "")).startswith("driver")]
+    budget["eager baseline timed on"] = "the driver" if on_driver else ("an actor" if identities else "the driver")
     if identities:
         budget["actor process start s (after the driver began)"] = max(
             (i.get("started_at") or started_wall) - started_wall for i in identities)
@@ -149,6 +155,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
                 else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
     materialized = timed(executor, "materialize")
+    opened = timed(executor, "open")
     identities: list[dict] = []
     put_s = 0.0
     try:
@@ -180,6 +187,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     phases = time_budget(events, results, identities, started_wall, wall, sum(materialized))
     if kind == "ray":
         phases["module and samples into the object store s"] = round(put_s, 2)
+        phases["Ray start and actor creation (executor.open) s"] = round(max(opened, default=0.0), 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
     return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,

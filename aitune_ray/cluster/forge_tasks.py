@@ -127,7 +127,8 @@ class Scheduler:
             self.queue.remove(work)
             limit = self.generation_timeout if work.generator else self.executor.task_timeout_s
             work.task = self.tasks.start(slot, "forge", (work.method, *work.args), limit, payload=work,
-                                         from_dispatch=work.generator, failure_on_timeout=not work.generator)
+                                         from_dispatch=work.generator, failure_on_timeout=not work.generator,
+                                         name=f"{work.method} {work.label}:{work.function}")
             work.dispatched, work.where = work.task.dispatched, work.task.where
             self._emit(work, EVENTS[work.method][1], "running")
         self._demand()

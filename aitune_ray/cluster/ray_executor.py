@@ -38,10 +38,10 @@ from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
 from aitune_ray.cluster.tasks import Task, TaskRunner
-from aitune_ray.device import parse_device
+from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, log_hint, revive_exception, short
-from aitune_ray.measure.timing import Timing
+from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.worker import finalist, remeasured_eager
 
@@ -171,7 +171,7 @@ class _RayHandle(RunHandle):
                 return
             job = self._queue.popleft()
             task = self._tasks.start(slot, "run", (self._ctx.name, box, intent, job.to_dict()), self._ex.task_timeout_s,
-                                     payload=job)
+                                     payload=job, name=f"build {job.backend_name}:{self._ctx.name}")
             self._ex._emit(self._ctx, job, "building", "running", task.where, 0.0)
 
     def _result(self, task: Task) -> BuildResult:
@@ -287,6 +287,7 @@ class RayExecutor(Executor):
         self.puts = 0                   # ray.put calls made for modules and samples
         self.put_s = 0.0                # seconds those took
         self._own_ray = False
+        self._local = False             # this executor started Ray on this machine
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
@@ -304,7 +305,11 @@ class RayExecutor(Executor):
                 ray.init(address=address)
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
-                ray.init(include_dashboard=False, log_to_driver=False)
+                # No idle workers prestarted, one per CPU: on a many-core machine their start competes
+                # for the CPUs with the driver's recording and the tuner actors' own start.
+                ray.init(include_dashboard=False, log_to_driver=False,
+                         _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
+                self._local = True
             self._own_ray = True
         resources = ray.cluster_resources()
         gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
@@ -338,7 +343,7 @@ class RayExecutor(Executor):
         self._baseline_slots.clear()
         if self._own_ray and ray.is_initialized():
             ray.shutdown()
-        self._own_ray = False
+        self._own_ray = self._local = False
 
     def resolve_device(self, device) -> torch.device:
         """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
@@ -415,7 +420,7 @@ class RayExecutor(Executor):
         runner = TaskRunner(self.pool)
         was_busy, generation = slot.busy, slot.generation   # whoever holds the slot keeps it
         try:
-            task = runner.call(slot, method, args, self.task_timeout_s)
+            task = runner.call(slot, method, args, self.task_timeout_s, name=f"{method} {args[0]}")
         except KeyboardInterrupt:
             runner.cancel(f"{what} interrupted")
             raise
@@ -432,9 +437,9 @@ class RayExecutor(Executor):
         return task.out
 
     def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
-              elapsed_s: float, task: str = "build") -> None:
+              elapsed_s: float, task: str = "build", **extra) -> None:
         self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
-        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s)
+        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s, **extra)
 
     @staticmethod
     def driver() -> dict:
@@ -443,24 +448,48 @@ class RayExecutor(Executor):
 
     def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
-        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched)
+        actor_s = task.out.get("actor_s") if isinstance(task.out, dict) else None   # the call's time on the actor
+        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched,
+                   **({"actor_s": round(actor_s, 3)} if actor_s is not None else {}))
 
     # ----- Executor -----------------------------------------------------------------------------
+    def _driver_times(self, context: TuneContext, kept: Slot | None) -> bool:
+        """Whether this driver times eager itself: on a machine of one GPU where it started Ray, with the
+        module already on that GPU (no second copy of the weights), for a strategy that re-measures eager
+        beside its finalists before it decides (submit() kept the one actor idle for the baseline). Eager is
+        then timed while that actor is still starting, instead of after it: its start-up leaves the critical
+        path. On several GPUs the kept actor times it, while the others build."""
+        if kept is None or not self._local or self.pool is None or len(self.pool.slots) != 1:
+            return False
+        if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
+            return False
+        tensors = [*context.module.parameters(), *context.module.buffers()]
+        return bool(tensors) and all(t.device.type == "cuda" for t in tensors)
+
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any."""
+        """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any;
+        or on the driver (see _driver_times)."""
         kept = self._baseline_slots.pop(context.name, None)
         slot = kept if kept is not None and kept.alive else self._slot()
+        on_driver = self._driver_times(context, kept)
+        where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"} if on_driver \
+            else slot.identity()
         started, status = time.monotonic(), ERROR
-        self.emit(context, "measuring", task="baseline", where=slot.identity(), samples=len(context.samples),
+        self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
                   batch_sizes=context.samples.batch_sizes())
         try:
-            data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
-                                                 context.measure.to_dict()), f"eager baseline of {context.name}")
+            if on_driver:
+                logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
+                data = {bs: t.to_dict() for bs, t in
+                        profile_samples(context.module, context.samples, context.device, context.measure).items()}
+            else:
+                data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
+                                                     context.measure.to_dict()), f"eager baseline of {context.name}")
             status = "ok"
         finally:
             if kept is not None:
                 kept.busy = False
-            self.emit(context, "done", task="baseline", status=status, where=slot.identity(),
+            self.emit(context, "done", task="baseline", status=status, where=where,
                       elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 

@@ -58,9 +58,11 @@ class TaskRunner:
         self.inflight: dict[Any, Task] = {}
 
     def start(self, slot: Slot, method: str, args: tuple, limit_s: float, *, payload: Any = None,
-              from_dispatch: bool = False, failure_on_timeout: bool = True) -> Task:
-        """Call slot's actor (slot is busy until the task ends)."""
-        ref = getattr(slot.actor, method).remote(*args)
+              from_dispatch: bool = False, failure_on_timeout: bool = True, name: str = "") -> Task:
+        """Call slot's actor (slot is busy until the task ends). name: the task's name in Ray's dashboard
+        and state API (for example "build TorchInductorJitBackend:encoder")."""
+        call = getattr(slot.actor, method)
+        ref = (call.options(name=name) if name else call).remote(*args)
         slot.busy = True
         task = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, where=slot.identity(),
                     log_path=slot.log_path)
@@ -84,9 +86,9 @@ class TaskRunner:
         ended = [self._collect(ref) for ref in ready]
         return ended + self._expire()
 
-    def call(self, slot: Slot, method: str, args: tuple, limit_s: float) -> Task:
+    def call(self, slot: Slot, method: str, args: tuple, limit_s: float, name: str = "") -> Task:
         """One call, waited for (its actor is replaced when it dies or runs past limit_s)."""
-        task = self.start(slot, method, args, limit_s)
+        task = self.start(slot, method, args, limit_s, name=name)
         while True:
             for ended in self.wait():
                 if ended is task:

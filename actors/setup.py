@@ -1,0 +1,57 @@
+"""A tuner actor's process set-up: its log file and faulthandler, where it runs, its share of the CPUs."""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import TextIO
+
+import ray
+import torch
+
+
+def open_log(log_path: str) -> TextIO:
+    """Send this process's logging, and a segfault's traceback (faulthandler), to its own log file."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "a", buffering=1)
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
+    faulthandler.enable(file=log, all_threads=True)
+    return log
+
+
+def describe(slot: int) -> dict:
+    """Where this actor runs: node (host, IP, Ray node id), GPU (name, Ray's ids, UUID), pid."""
+    try:
+        ip, node_id = ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
+    except Exception:  # outside Ray (tests calling the class directly)
+        ip, node_id = "", ""
+    ids = [str(i) for i in ray.get_gpu_ids()] if ray.is_initialized() else []
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        uuid = str(getattr(props, "uuid", ""))
+        gpu = f"{props.name} #{','.join(ids) or '0'}" + (f" ({uuid})" if uuid else "")
+    else:   # a logical GPU without CUDA is still an identity of its own
+        gpu = f"cpu (Ray GPU {','.join(ids)})" if ids else f"cpu (actor {slot})"
+    where = ", ".join(p for p in (ip, f"node {node_id[:8]}" if node_id else "") if p)
+    host = socket.gethostname()
+    return {"node": f"{host} ({where})" if where else host, "node_id": node_id, "gpu": gpu, "gpu_ids": ids,
+            "cuda": torch.cuda.is_available(), "pid": os.getpid(), "slot": slot}
+
+
+def _node_gpus(node_id: str) -> float:
+    """GPUs on this actor's node, from Ray's view of the cluster (0 when unknown)."""
+    return next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == node_id), 0.0) \
+        if node_id else 0.0
+
+
+def compile_share(node_id: str) -> int:
+    """CPU threads for this actor's compile workers: the node's CPUs shared between its GPU actors (Ray
+    starts workers with OMP_NUM_THREADS=1, the actor's CPU reservation; host-side compiles need more)."""
+    gpus = _node_gpus(node_id) or torch.cuda.device_count()
+    return max(2, (os.cpu_count() or 2) // max(1, int(gpus)))
