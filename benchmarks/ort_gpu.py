@@ -45,6 +45,8 @@ from examples.bert.model import make_model as bert_model  # noqa: E402
 
 VARIANTS = ["eager", "inductor", "inductor-ro", "ort", "ort-graphs", "ort-opt", "ort-opt-graphs"]
 logger = logging.getLogger("ort_gpu")
+HEADS = HIDDEN = 0   # --heads / --hidden
+OPSET = None         # --opset
 
 
 class EncoderLayer(nn.Module):
@@ -175,7 +177,9 @@ def build_variants(wanted: list[str], model, opt_type: str | None, calls: dict, 
     def ort(optimize: bool, graphs: bool):
         key = "opt" if optimize else "plain"
         if key not in base:
-            config = ONNXRuntimeBackendConfig(use_dynamo=use_dynamo, transformer_optimizer=opt_type if optimize else None)
+            config = ONNXRuntimeBackendConfig(use_dynamo=use_dynamo, transformer_optimizer=opt_type if optimize else None,
+                                              transformer_heads=HEADS if optimize else 0,
+                                              transformer_hidden=HIDDEN if optimize else 0, opset_version=OPSET)
             base[key] = ONNXRuntimeBackend(config).build(model, samples, device, workdir / key)
         if not graphs:
             return base[key]
@@ -262,8 +266,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--burst-ms", type=float, default=60.0, help="about how long one burst runs")
     parser.add_argument("--no-profile", action="store_true", help="skip the per-variant GPU kernel profiles")
+    parser.add_argument("--heads", type=int, default=0, help="attention heads, for the transformer optimizer's "
+                        "attention fusion (0: it detects them)")
+    parser.add_argument("--hidden", type=int, default=0, help="hidden size, likewise")
+    parser.add_argument("--opset", type=int, default=None, help="ONNX opset of the export (23 has an Attention op, "
+                        "which the dynamo exporter uses for scaled_dot_product_attention); default: the exporter's")
     parser.add_argument("--out", default="ort-gpu-results")
     args = parser.parse_args()
+    global HEADS, HIDDEN, OPSET
+    HEADS, HIDDEN, OPSET = args.heads, args.hidden, args.opset
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("torch", "onnxscript", "onnx_ir", "onnxruntime", "fusion_base", "onnx_model", "onnx_model_bert"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

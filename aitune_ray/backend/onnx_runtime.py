@@ -44,7 +44,9 @@ class ONNXRuntimeBackendConfig(BackendConfig):
         {"cuda": {"use_tf32": False}, "tensorrt": {"trt_fp16_enable": True}}; unknown keys are errors.
     graph_optimization_level: ONNX Runtime's session level ("disable_all" ... "enable_all"), None: its default.
     transformer_optimizer: a model type ("bert", "vit", ...) to run onnxruntime.transformers' optimizer
-        (fused attention, LayerNorm, GELU) on the exported model; None: off."""
+        (fused attention, LayerNorm, GELU) on the exported model; None: off.
+    transformer_heads / transformer_hidden: the model's attention heads and hidden size, for that optimizer's
+        attention fusion (0: it reads them from the graph, which it cannot do for every model type)."""
 
     use_dynamo: bool = True
     execution_provider: ONNXExecutionProvider | None = None
@@ -53,6 +55,8 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     provider_options: dict = dataclasses.field(default_factory=dict)
     graph_optimization_level: str | None = None
     transformer_optimizer: str | None = None
+    transformer_heads: int = 0
+    transformer_hidden: int = 0
 
     def __post_init__(self):
         if self.execution_provider is not None:
@@ -60,6 +64,11 @@ class ONNXRuntimeBackendConfig(BackendConfig):
         self.provider_options = normalize_provider_options(self.provider_options)
         check_graph_optimization_level(self.graph_optimization_level)
         check_transformer_optimizer(self.transformer_optimizer)
+        if self.transformer_heads < 0 or self.transformer_hidden < 0:
+            raise ConfigError("transformer_heads and transformer_hidden must not be negative (0: detected)")
+        if self.transformer_hidden and self.transformer_heads and self.transformer_hidden % self.transformer_heads:
+            raise ConfigError(f"transformer_hidden={self.transformer_hidden} is not a multiple of "
+                              f"transformer_heads={self.transformer_heads}")
         if self.use_cuda_graphs and self.execution_provider == ONNXExecutionProvider.CPU:
             raise ConfigError("use_cuda_graphs needs a GPU execution provider, not CPUExecutionProvider")
 
@@ -109,7 +118,8 @@ class ONNXRuntimeBackend(Backend):
         large = len(self._exported.files()) > 1
         try:
             model = optimizer.optimize_model(str(path), model_type=self.config.transformer_optimizer,
-                                             use_gpu=device.type == "cuda")
+                                             num_heads=self.config.transformer_heads,
+                                             hidden_size=self.config.transformer_hidden, use_gpu=device.type == "cuda")
             fused = {k: v for k, v in model.get_fused_operator_statistics().items() if v}
             _drop_unused_opsets(model.model)
             model.save_model_to_file(str(path), use_external_data_format=large, all_tensors_to_one_file=True)
