@@ -228,3 +228,25 @@ def test_transformer_optimizer_fuses_the_tiny_bert_and_its_checkpoint_loads(tmp_
     item = make_data("tiny", batch_sizes=(3,), per_batch_size=1, seed=5)[0]
     with torch.no_grad():
         torch.testing.assert_close(loaded(**item), model(**item), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("config, device, version, opset", [
+    ({}, "cuda", "1.31.1", 23),                                  # a GPU EP that runs ONNX's Attention op
+    ({}, "cuda", "1.24.4", None),                                # older: Attention would run on the CPU
+    ({}, "cpu", "1.31.1", None),                                 # the CPU EP keeps the exporter's default
+    ({"use_dynamo": False}, "cuda", "1.31.1", None),             # the TorchScript exporter: its own default
+    ({"opset_version": 18}, "cuda", "1.31.1", 18),               # the config's own choice wins
+])
+def test_export_opset_is_the_attention_opset_where_onnx_runtime_runs_it_on_the_gpu(config, device, version, opset,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(ort, "__version__", version)
+    backend = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(**config))
+    assert backend._opset(torch.device(device)) == opset
+
+
+def test_transformer_dimensions_are_checked():
+    assert ONNXRuntimeBackendConfig(transformer_optimizer="vit", transformer_heads=12, transformer_hidden=768)
+    with pytest.raises(ConfigError, match="multiple"):
+        ONNXRuntimeBackendConfig(transformer_optimizer="vit", transformer_heads=12, transformer_hidden=100)
+    with pytest.raises(ConfigError, match="negative"):
+        ONNXRuntimeBackendConfig(transformer_heads=-1)

@@ -455,7 +455,7 @@ class RayExecutor(Executor):
     # ----- Executor -----------------------------------------------------------------------------
     def _driver_times(self, context: TuneContext, kept: Slot | None) -> bool:
         """Whether this driver times eager itself: on a machine of one GPU where it started Ray, with the
-        module already on that GPU (no second copy of the weights), for a strategy that re-measures eager
+        module and its samples already on that GPU (no second copy of the weights), for a strategy that re-measures eager
         beside its finalists before it decides (submit() kept the one actor idle for the baseline). Eager is
         then timed while that actor is still starting, instead of after it: its start-up leaves the critical
         path. On several GPUs the kept actor times it, while the others build."""
@@ -463,8 +463,9 @@ class RayExecutor(Executor):
             return False
         if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
             return False
-        tensors = [*context.module.parameters(), *context.module.buffers()]
-        return bool(tensors) and all(t.device.type == "cuda" for t in tensors)
+        tensors = [*context.module.parameters(), *context.module.buffers(),
+                   *(t for sample in context.samples for t in _tensors(sample))]
+        return all(t.device.type == "cuda" for t in tensors)
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any;
@@ -489,7 +490,7 @@ class RayExecutor(Executor):
         finally:
             if kept is not None:
                 kept.busy = False
-            self.emit(context, "done", task="baseline", status=status, where=where,
+            self.emit(context, "done", task="baseline", status=status, where=where if on_driver else slot.identity(),
                       elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
