@@ -250,3 +250,32 @@ def test_transformer_dimensions_are_checked():
         ONNXRuntimeBackendConfig(transformer_optimizer="vit", transformer_heads=12, transformer_hidden=100)
     with pytest.raises(ConfigError, match="negative"):
         ONNXRuntimeBackendConfig(transformer_heads=-1)
+
+
+def test_a_model_the_attention_opset_does_not_suit_is_exported_again_at_the_default(monkeypatch, caplog, tmp_path):
+    """ONNX Runtime's Attention op takes no (batch, 1, 1, seq) padding mask: the tiny BERT's opset-23 export
+    fails at its first run, and the backend this chose opset 23 by itself exports again, at the default."""
+    from examples.bert.model import make_data, make_model
+
+    model = make_model("tiny").eval()
+    samples = SampleStore()
+    with torch.no_grad():
+        for item in make_data("tiny", batch_sizes=(2, 4), per_batch_size=1):
+            samples.samples.append(Sample((), item, model(**item), item["input_ids"].shape[0]))
+    chosen = []
+    monkeypatch.setattr(ONNXRuntimeBackend, "_opset", lambda self, device: chosen.append(23) or 23)
+    backend = ONNXRuntimeBackend().build(model, samples, torch.device("cpu"), tmp_path / "chosen")
+    assert chosen == [23] and "the opset-23 export does not run here" in caplog.text
+    exported = onnx.load(str(backend._exported.path), load_external_data=False)
+    assert "Attention" not in {n.op_type for n in exported.graph.node}
+    item = make_data("tiny", batch_sizes=(4,), per_batch_size=1, seed=5)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(backend.infer(**item), model(**item), rtol=1e-4, atol=1e-4)
+    # a config that names opset 23 keeps it (and the candidate then fails its correctness check)
+    monkeypatch.undo()
+    explicit = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(opset_version=23))
+    explicit.build(model, samples, torch.device("cpu"), tmp_path / "explicit")
+    exported = onnx.load(str(explicit._exported.path), load_external_data=False)
+    assert "Attention" in {n.op_type for n in exported.graph.node}
+    with pytest.raises(Exception, match="attn_mask"):
+        explicit.infer(**item)

@@ -92,13 +92,34 @@ class ONNXRuntimeBackend(Backend):
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         require("onnxruntime", "onnx", "ONNXRuntimeBackend")
         self._check_provider(device)   # before the export, which takes a while on a large model
+        opset = self._opset(device)
+        if opset is None or self.config.opset_version is not None:
+            self._export_and_open(module, samples, device, workdir, opset)
+            return
+        try:   # the opset this backend chose itself: a model it does not suit is exported again
+            self._export_and_open(module, samples, device, workdir, opset, trial=True)
+        except Exception as exc:  # noqa: BLE001 - any failure of that export or of its first runs
+            logger.warning("%s: the opset-%d export does not run here (%s: %s); exporting again at the "
+                           "exporter's default opset", self.name, opset, type(exc).__name__, str(exc)[:300])
+            self._session = self._bound = None
+            self._export_and_open(module, samples, device, workdir, None)
+
+    def _export_and_open(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path,
+                         opset: int | None, trial: bool = False) -> None:
+        """Export, optimize, open the session, and capture the CUDA graphs; trial: run each recorded batch
+        size once (an opset-23 Attention node may reject a mask that the default opset's export takes, for
+        example a (batch, 1, 1, seq) padding mask)."""
         self._exported = export_onnx(module, samples, Path(workdir) / "model.onnx",
-                                     use_dynamo=self.config.use_dynamo, opset_version=self._opset(device))
+                                     use_dynamo=self.config.use_dynamo, opset_version=opset)
         if self.config.transformer_optimizer:
             self._optimize_transformer(device)
         self._open(device)
         if self.config.use_cuda_graphs:
             self._capture(samples)
+        elif trial:
+            for batch in samples.batch_sizes():
+                sample = samples.first_of_batch_size(batch).to(device)
+                self._bound.run(flat_inputs(sample.args, sample.kwargs))
 
     def _opset(self, device: torch.device) -> int | None:
         """The export's opset: the config's, else 23 where ONNX Runtime's GPU EP runs ONNX's Attention op.
