@@ -158,11 +158,18 @@ def test_driver_sigint_cancels_and_writes_no_checkpoint(cluster, tmp_path):
     (tmp_path / "job.yaml").write_text(JOB)
     with open(tmp_path / "out.txt", "w") as out:
         driver = subprocess.Popen([sys.executable, "-m", "aitune_ray", "tune", "job.yaml"], cwd=tmp_path,
-                                  env=driver_env(cluster), stdout=out, stderr=subprocess.STDOUT)
+                                  env={**driver_env(cluster), "PYTHONFAULTHANDLER": "1"}, stdout=out,
+                                  stderr=subprocess.STDOUT)
         try:
             ray.get(gate.wait_arrived.remote())       # the gated build is running on an actor
             driver.send_signal(signal.SIGINT)
-            rc = driver.wait(timeout=120)
+            try:
+                rc = driver.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                driver.send_signal(signal.SIGABRT)     # faulthandler writes every thread's stack to the output
+                driver.wait(timeout=30)
+                pytest.fail("the driver did not stop within 120 s of SIGINT; its output:\n"
+                            + (tmp_path / "out.txt").read_text()[-6000:])
         finally:
             if driver.poll() is None:
                 driver.kill()

@@ -134,10 +134,11 @@ class ActorPool:
         slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
 
     def shutdown(self, cleanup_timeout_s: float = 10.0) -> None:
-        """Ask the idle actors to remove their work folders (a busy or dead one cannot), then kill them all."""
+        """Ask the idle actors to remove their work folders (a busy or dead one cannot, and one still starting
+        has made none: it is not waited for), then kill them all."""
         with self.lock:
             self.closed = True
-            refs = [s.actor.cleanup.remote() for s in self.slots if s.alive and not s.busy]
+            refs = [s.actor.cleanup.remote() for s in self.slots if s.alive and not s.busy and s.ready()]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=cleanup_timeout_s)
             for slot in self.slots:
