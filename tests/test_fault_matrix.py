@@ -153,13 +153,19 @@ device: cpu
 """
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal sends it: a process started in the background (a CI job under nohup, `cmd &`)
+    inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler; undo that in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_driver_sigint_cancels_and_writes_no_checkpoint(cluster, tmp_path):
     gate = start_gate("sigint")
     (tmp_path / "job.yaml").write_text(JOB)
     with open(tmp_path / "out.txt", "w") as out:
         driver = subprocess.Popen([sys.executable, "-m", "aitune_ray", "tune", "job.yaml"], cwd=tmp_path,
                                   env={**driver_env(cluster), "PYTHONFAULTHANDLER": "1"}, stdout=out,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=subprocess.STDOUT, preexec_fn=_interruptible)
         try:
             ray.get(gate.wait_arrived.remote())       # the gated build is running on an actor
             driver.send_signal(signal.SIGINT)
