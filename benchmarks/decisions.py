@@ -152,7 +152,7 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
         backend.activate()
         fns[labels.get(key, key)] = backend.infer
     # A batch-size dispatch owns the builds it routes to: time each of them alone too (the best single)
-    for key, backend in (getattr(module.backend, "_members", None) or {}).items():
+    for key, backend in (getattr(module.backend, "members", None) or {}).items():
         fns.setdefault(labels.get(key, key), backend.infer)
     started = time.perf_counter()
     user = user_times(fns, items, device, ARGS.calls, ARGS.repeats)

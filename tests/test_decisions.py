@@ -180,6 +180,7 @@ def test_with_dispatch_each_size_goes_to_its_winner_and_the_dispatch_checkpoints
     ait.load(fresh, path)
     assert isinstance(fresh.backend, BatchDispatchBackend)
     assert fresh.backend.config.routes == {8: steady.key(), 32: skewed.key()}
+    assert set(fresh.backend.members) == {steady.key(), skewed.key()}   # what it routes to, restored
     SIM_CALLS.clear()
     fresh(torch.ones(8, 3)), fresh(torch.ones(32, 3))
     assert SIM_CALLS == {"infer:steady:8": 1, "infer:skewed:32": 1}

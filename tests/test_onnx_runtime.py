@@ -233,6 +233,8 @@ def test_transformer_optimizer_fuses_the_tiny_bert_and_its_checkpoint_loads(tmp_
 @pytest.mark.parametrize("config, device, version, opset", [
     ({}, "cuda", "1.31.1", 23),                                  # a GPU EP that runs ONNX's Attention op
     ({}, "cuda", "1.24.4", None),                                # older: Attention would run on the CPU
+    ({}, "cuda", "1.27rc1", 23),                                 # a pre-release of 1.27
+    ({}, "cuda", "unknown", None),                               # a version it cannot read: the default
     ({}, "cpu", "1.31.1", None),                                 # the CPU EP keeps the exporter's default
     ({"use_dynamo": False}, "cuda", "1.31.1", None),             # the TorchScript exporter: its own default
     ({"opset_version": 18}, "cuda", "1.31.1", 18),               # the config's own choice wins

@@ -68,6 +68,11 @@ class BatchDispatchBackend(Backend):
         member = getattr(self, "_members", {}).get(key)
         return member.describe() if member is not None else key
 
+    @property
+    def members(self) -> dict[str, Backend]:
+        """The built backends it routes to, by key (empty before it is built or restored)."""
+        return dict(getattr(self, "_members", {}))
+
     # ----- routing ---------------------------------------------------------------------------------
     def route(self, batch_size: int) -> str | None:
         """The member key serving calls of this batch size (None: eager)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,16 +126,18 @@ class ONNXRuntimeBackend(Backend):
         """The export's opset: the config's, else 23 where ONNX Runtime's GPU EP runs ONNX's Attention op.
 
         Measured on an H200 (ViT-B/16 sized, fp16, batch 32): the default opset's export leaves attention as
-        MatMul, Softmax and MatMul on Turing-era GEMM kernels, 0.64x of eager; opset 23 runs it as one
-        flash-attention kernel, 0.96x (benchmarks/README.md, ONNX Runtime on the GPU)."""
+        MatMul, Softmax and MatMul on Turing-era GEMM kernels, 7.46 GPU ms per call; opset 23 runs it as one
+        flash-attention kernel, 4.27 (benchmarks/README.md, ONNX Runtime on the GPU)."""
         if self.config.opset_version is not None:
             return self.config.opset_version
         if not self.config.use_dynamo or self._provider(device) == ONNXExecutionProvider.CPU:
             return None
         import onnxruntime
 
-        major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
-        return ATTENTION_OPSET if (major, minor) >= (1, 27) else None
+        found = re.match(r"(\d+)\.(\d+)", onnxruntime.__version__)
+        if found is None:
+            return None
+        return ATTENTION_OPSET if (int(found[1]), int(found[2])) >= (1, 27) else None
 
     def _check_provider(self, device: torch.device) -> ONNXExecutionProvider:
         ort = require("onnxruntime", "onnx", "ONNXRuntimeBackend")
