@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -52,6 +52,16 @@ for part in $parts; do
         --backends jit,jit-max,jit-ro,ao-int8wo,ao-int8dq,ao-fp8wo --out "$out/ray_vs_inline.md" \
         > "$out/ray_vs_inline.log" 2>&1
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
+    ray1-long)   # one GPU: the ViT-B-sized fp16 encoder with Inductor default and max-autotune, TorchAO fp8wo and
+      # KernelSelector, on Ray with one actor and inline (about 8 minutes)
+      timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ray:1,inline \
+        --run-timeout 290 --backends jit,jit-max,ao-fp8wo,kernels --out "$out/ray1_long.md" \
+        > "$out/ray1_long.log" 2>&1
+      sed -n '1,75p' "$out/ray1_long.md" | grep -v "^| Torch\|^| Kernel" ;;
+    agree)   # the tuner's rounds against a user's loop on one tuning, with the burst-length sweep (about 3 minutes)
+      timeout 400 python benchmarks/harness_agreement.py --out "$out/agree" --backends jit,jit-ro --sweep \
+        > "$out/agree.log" 2>&1
+      echo "harness_agreement.py: exit $?"; tail -40 "$out/agree/agreement.md" ;;
     ray1)   # one GPU: Ray with one actor against inline, with where Ray's time goes (under 6 minutes)
       timeout 380 python benchmarks/ray_vs_inline.py --model encoder --runs ray:1,inline --run-timeout 180 \
         --backends jit,jit-ro,ao-int8wo,ao-fp8wo --log-dir "$out/actor-logs-ray1" --out "$out/ray1_vs_inline.md" \

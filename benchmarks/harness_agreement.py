@@ -12,6 +12,12 @@ backend's own infer():
 It also reads back what the tuner reported (its re-measured ms per call and its post-deploy check), and
 per batch size it profiles a few calls of the deployed Module and of each backend with torch's profiler:
 CUDA graph launches against kernel launches, and GPU time per call. OUT/agreement.md has the tables.
+
+--sweep adds a table of eager and the deployed Module under the tuner's paired rounds at several burst
+lengths (--sweep-bursts, ms) and the user's loop at several call counts (--sweep-calls), and the user's
+loop once with Python's garbage collector frozen, twice over in turn, with the GPU's SM clock and board
+power over each phase (nvidia-smi, sampled every 50 ms): whether a speedup depends on the burst length
+the tuner times, and why.
 """
 
 from __future__ import annotations
@@ -62,6 +68,100 @@ def launches(fn, item, calls: int, device: torch.device) -> dict:
     return {"graph_launches": graphs / calls, "kernel_launches": kernels / calls, "gpu_ms": gpu_us / 1e3 / calls}
 
 
+class GpuClocks:
+    """SM clock and board power sampled every 50 ms by nvidia-smi in the background (nothing when it is absent):
+    what the GPU ran at while one phase of the benchmark timed its calls."""
+
+    def __init__(self):
+        import shutil
+        import subprocess
+        import threading
+
+        self.samples: list[tuple[float, float, float]] = []   # (perf_counter, SM MHz, W)
+        self._proc = None
+        if shutil.which("nvidia-smi") and torch.cuda.is_available():
+            self._proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                           "-i", str(torch.cuda.current_device()), "-lms", "50"],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            try:
+                mhz, watts = (float(x) for x in line.split(","))
+            except ValueError:
+                continue
+            self.samples.append((time.perf_counter(), mhz, watts))
+
+    def window(self, start: float, end: float) -> tuple[float | None, float | None]:
+        """Mean SM MHz and W of the samples taken between start and end (perf_counter)."""
+        inside = [(m, w) for t, m, w in self.samples if start <= t <= end]
+        if not inside:
+            return None, None
+        return sum(m for m, _ in inside) / len(inside), sum(w for _, w in inside) / len(inside)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+
+
+def sweep(fns: dict, items: list, store, device: torch.device, args) -> list[dict]:
+    """The same callables under the tuner's paired rounds at several burst lengths and the user's loop at
+    several call counts (and once with Python's collector frozen), twice over in turn: does the speedup
+    depend on how long a timed burst lasts, and does the GPU clock follow it?"""
+    import gc
+
+    clocks, rows = GpuClocks(), []
+    phases = [("tuner", float(b)) for b in args.sweep_bursts.split(",")] + \
+             [("user", int(c)) for c in args.sweep_calls.split(",")] + [("user, gc frozen", args.calls)]
+    try:
+        for rep in range(2):
+            for kind, value in phases:
+                frozen = kind.endswith("frozen")
+                if frozen:
+                    gc.collect()
+                    gc.freeze()
+                    gc.disable()
+                start = time.perf_counter()
+                try:
+                    if kind == "tuner":
+                        ms = {n: {bs: t.median_ms for bs, t in per.items()} for n, per in profile_side_by_side(
+                            fns, store, device, args.sweep_rounds, MeasureConfig(burst_ms=value)).items()}
+                    else:
+                        ms = user_times(fns, items, device, value, args.repeats)
+                finally:
+                    if frozen:
+                        gc.enable()
+                        gc.unfreeze()
+                mhz, watts = clocks.window(start, time.perf_counter())
+                rows.append({"rep": rep + 1, "harness": kind, "setting": value, "ms": ms, "sm_mhz": mhz, "watts": watts,
+                             "seconds": time.perf_counter() - start})
+    finally:
+        clocks.stop()
+    return rows
+
+
+def sweep_lines(rows: list[dict], sizes: list[int], args) -> list[str]:
+    names = [n for n in rows[0]["ms"] if n != "eager"] if rows else []
+    cols = ["#", "harness", "burst ms / calls"] + [f"eager bs{bs} ms" for bs in sizes] + \
+        [f"{n} bs{bs} ms" for n in names for bs in sizes] + [f"{n} bs{bs} speedup" for n in names for bs in sizes] + \
+        ["SM MHz", "board W", "s"]
+    lines = ["", f"Burst length against call count ({args.sweep_rounds} paired rounds per tuner setting; the user "
+             f"loop's {args.repeats} repeats per count), twice over in turn; SM clock and power: nvidia-smi every 50 ms",
+             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        ms = row["ms"]
+        cells = [str(row["rep"]), row["harness"], f"{row['setting']:g}"]
+        cells += [f"{ms['eager'][bs]:.3f}" for bs in sizes]
+        cells += [f"{ms[n][bs]:.3f}" for n in names for bs in sizes]
+        cells += [f"{ms['eager'][bs] / ms[n][bs]:.3f}x" for n in names for bs in sizes]
+        cells += [f"{row['sm_mhz']:.0f}" if row["sm_mhz"] else "-", f"{row['watts']:.0f}" if row["watts"] else "-",
+                  f"{row['seconds']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -72,6 +172,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sweep", action="store_true", help="also time eager and the deployed Module with the "
+                        "tuner's rounds at several burst lengths and the user's loop at several call counts")
+    parser.add_argument("--sweep-bursts", default="10,50,200", help="burst lengths (ms) of the tuner's rounds")
+    parser.add_argument("--sweep-calls", default="20,100,400", help="calls per user loop")
+    parser.add_argument("--sweep-rounds", type=int, default=10)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -118,6 +223,7 @@ def main() -> int:
                 for name in fns}
 
     sizes = sorted(by_bs)
+    swept = sweep({"eager": fns["eager"], "deployed": fns["deployed"]}, items, store, device, args) if args.sweep else []
     lines = [f"# Harness agreement: {args.model} on {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}"
              f", torch {torch.__version__}", "",
              f"Command: python benchmarks/harness_agreement.py {' '.join(sys.argv[1:])}", "",
@@ -143,10 +249,12 @@ def main() -> int:
             if p:
                 lines.append(f"| {name} | {bs} | {p['graph_launches']:.1f} | {p['kernel_launches']:.1f} | "
                              f"{p['gpu_ms']:.3f} |")
+    if swept:
+        lines += sweep_lines(swept, sizes, args)
     text = "\n".join(lines) + "\n"
     (out / "agreement.md").write_text(text)
     (out / "agreement.json").write_text(json.dumps({"tuner": tuner_ms, "harnesses": rows, "profiles": profiles,
-                                                    "deploy_checks": report.deploy_checks}, indent=1, default=str))
+                                                    "deploy_checks": report.deploy_checks, "sweep": swept}, indent=1, default=str))
     print(text)
     return 0
 

@@ -125,6 +125,14 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
     if actor_s:   # the actor's own time per build call, around the worker's (module fetch, artifact packing)
         budget["build calls on the actors s (sum)"] = sum(actor_s)
         budget["Ray transfer and queueing s (driver-seen - actor)"] = seen_s - sum(actor_s)
+        began = [(b, d) for b, d in builds if d.get("began_at") is not None]
+        if began:   # the same node's clock: the wait before each call began on the actor, and after it ended
+            budget["builds: dispatch until the call began on the actor s (sum)"] = sum(
+                d["began_at"] - b["time"] for b, d in began)
+            budget["builds: the call's end on the actor until the driver's done event s (sum)"] = sum(
+                d["time"] - d["ended_at"] for _, d in began)
+            budget["timeline: first build began on the actor at s"] = min(d["began_at"] for _, d in began) - started_wall
+            budget["timeline: last build done at s"] = max(d["time"] for _, d in builds) - started_wall
     on_driver = [b for b, _ in baseline if str(b.get("gpu", "")).startswith("driver")]
     budget["eager baseline timed on"] = "the driver" if on_driver else ("an actor" if identities else "the driver")
     if identities:
@@ -135,9 +143,16 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
             budget[f"actor warm-up: {part}"] = max((w.get(part, 0.0) for w in warm), default=0.0)
         budget["compile threads (actor)"] = max((w.get("compile_threads", 0) for w in warm), default=0)
         budget["torch threads (actor)"] = max((i.get("threads", 0) for i in identities), default=0)
+        budget["timeline: last actor up and warmed at s"] = max(
+            (i.get("ready_at") or started_wall) - started_wall for i in identities)
     else:
         budget["compile threads (inline)"] = inductor_config.compile_threads
         budget["torch threads (inline)"] = torch.get_num_threads()
+    for name, spans in (("eager baseline", baseline), ("re-measure", remeasure)):
+        if spans:
+            budget[f"timeline: {name} from / to s"] = (f"{spans[0][0]['time'] - started_wall:.1f} / "
+                                                       f"{spans[-1][1]['time'] - started_wall:.1f}")
+    budget["timeline: last event at s"] = max((e["time"] for e in events), default=started_wall) - started_wall
     budget["wall s"] = wall
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in budget.items()}
 
@@ -156,6 +171,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
                 else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
     materialized = timed(executor, "materialize")
     opened = timed(executor, "open")
+    closed = timed(executor, "close")
     identities: list[dict] = []
     put_s = 0.0
     try:
@@ -188,6 +204,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     if kind == "ray":
         phases["module and samples into the object store s"] = round(put_s, 2)
         phases["Ray start and actor creation (executor.open) s"] = round(max(opened, default=0.0), 2)
+    phases["executor.close() s"] = round(sum(closed), 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
     return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,
@@ -204,7 +221,8 @@ def run_child(run_name: str, args) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
-           "--device", args.device, "--backends", args.backends] + (["--log-dir", args.log_dir] if args.log_dir else [])
+           "--device", args.device, "--backends", args.backends] + (["--log-dir", args.log_dir] if args.log_dir else []) \
+        + (["--dtype", args.dtype] if args.dtype else [])
     print(f"run {run_name} ...", flush=True)
     started = time.perf_counter()
     try:
@@ -311,6 +329,8 @@ def main() -> int:
     parser.add_argument("--model", default="mlp", choices=MODELS)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backends", default="jit,jit-max,onnx,ao-int8wo")
+    parser.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
+                        help="the model's dtype (default: bfloat16 on a GPU, float32 on the CPU)")
     parser.add_argument("--gpus", type=int, default=max(1, torch.cuda.device_count()),
                         help="actors of the Ray run when --runs is not given (one per GPU)")
     parser.add_argument("--runs", default=None, help="comma list of inline and ray:N (default: ray:GPUS,inline; "
@@ -327,7 +347,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.child:
         Path(args.child_out).write_text(json.dumps(tune_once(args.child, args, device, dtype), default=str))
         return 0

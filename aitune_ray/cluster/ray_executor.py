@@ -114,7 +114,9 @@ class _RayHandle(RunHandle):
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
                 waiting_since = None
-                for task in self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0)):
+                ended = self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0))
+                self._dispatch()   # the freed actors start their next builds before these results are handled
+                for task in ended:
                     result = self._result(task)
                     self._ex._done(self._ctx, task, result)
                     yield result
@@ -448,9 +450,11 @@ class RayExecutor(Executor):
 
     def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
-        actor_s = task.out.get("actor_s") if isinstance(task.out, dict) else None   # the call's time on the actor
-        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched,
-                   **({"actor_s": round(actor_s, 3)} if actor_s is not None else {}))
+        out = task.out if isinstance(task.out, dict) else {}
+        # The call's own time on the actor, and its wall-clock start and end there (against the driver's
+        # clock on the same node: the time in Ray's queue before the call, and in the transfer after it).
+        timing = {k: round(out[k], 3) for k in ("actor_s", "began_at", "ended_at") if out.get(k) is not None}
+        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched, **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
     def _driver_times(self, context: TuneContext, kept: Slot | None) -> bool:
