@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import TextIO
@@ -14,7 +15,8 @@ import torch
 
 
 def open_log(log_path: str) -> TextIO:
-    """Send this process's logging, and a segfault's traceback (faulthandler), to its own log file."""
+    """Send this process's logging, a segfault's traceback and, on SIGUSR1, every thread's stack
+    (faulthandler) to its own log file."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a", buffering=1)
     handler = logging.StreamHandler(log)
@@ -22,6 +24,8 @@ def open_log(log_path: str) -> TextIO:
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)
     faulthandler.enable(file=log, all_threads=True)
+    if hasattr(signal, "SIGUSR1"):   # `kill -USR1 <pid>` writes every thread's stack here (a hung build)
+        faulthandler.register(signal.SIGUSR1, file=log, all_threads=True, chain=False)
     return log
 
 

@@ -55,7 +55,8 @@ for part in $parts; do
     ray1-long)   # one GPU: the ViT-B-sized fp16 encoder with Inductor default and max-autotune, TorchAO fp8wo and
       # KernelSelector, on Ray with one actor and inline (about 8 minutes)
       timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ray:1,inline \
-        --run-timeout 290 --backends jit,jit-max,ao-fp8wo,kernels --out "$out/ray1_long.md" \
+        --run-timeout ${RUN_TIMEOUT:-290} --backends jit,jit-max,ao-fp8wo,kernels --out "$out/ray1_long.md" \
+        --log-dir "$out/actor-logs-long" \
         > "$out/ray1_long.log" 2>&1
       sed -n '1,75p' "$out/ray1_long.md" | grep -v "^| Torch\|^| Kernel" ;;
     agree)   # the tuner's rounds against a user's loop on one tuning, with the burst-length sweep (about 3 minutes)

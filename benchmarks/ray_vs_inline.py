@@ -32,12 +32,16 @@ the compile and torch threads it was given (inline: the driver's).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -169,6 +173,10 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     events: list[dict] = []
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
                 else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
+    if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
+        timer = threading.Timer(max(1.0, args.run_timeout - 20), dump_stacks, (executor,))
+        timer.daemon = True
+        timer.start()
     materialized = timed(executor, "materialize")
     opened = timed(executor, "open")
     closed = timed(executor, "close")
@@ -215,6 +223,17 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
             "markdown": "\n".join(m.markdown() for m in report.modules)}
 
 
+def dump_stacks(executor) -> None:
+    """The driver's threads to stderr, and each tuner actor's into its own log (SIGUSR1, actors/setup.py)."""
+    faulthandler.dump_traceback(all_threads=True)
+    for slot in getattr(getattr(executor, "pool", None), "slots", None) or []:
+        pid = (slot.identity() or {}).get("pid")
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR1)
+    sys.stderr.flush()
+
+
 def run_child(run_name: str, args) -> dict:
     """One run in a fresh process (a crash or a hang costs that run only)."""
     out = Path(tempfile.mkdtemp(prefix="ray-vs-inline-")) / "run.json"
@@ -222,7 +241,8 @@ def run_child(run_name: str, args) -> dict:
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
            "--device", args.device, "--backends", args.backends] + (["--log-dir", args.log_dir] if args.log_dir else []) \
-        + (["--dtype", args.dtype] if args.dtype else [])
+        + (["--dtype", args.dtype] if args.dtype else []) + (["--run-timeout", str(args.run_timeout)]
+                                                            if args.run_timeout else [])
     print(f"run {run_name} ...", flush=True)
     started = time.perf_counter()
     try:
@@ -231,7 +251,8 @@ def run_child(run_name: str, args) -> dict:
         tail = (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as exc:
         failure = f"timed out after {args.run_timeout:g} s"
-        tail = str(exc.stderr or "")[-3000:]
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
+        tail = err[-12000:]
     if failure is None and out.exists():
         data = json.loads(out.read_text())
         if data.get("failures") and not data.get("candidates"):
@@ -346,6 +367,8 @@ def main() -> int:
     parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.child:   # what a run did last is in its output's tail when it fails or hangs
+        logging.getLogger("aitune_ray").setLevel(logging.INFO)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.child:
