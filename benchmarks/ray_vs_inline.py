@@ -174,6 +174,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
                 else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
+        # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
+        faulthandler.dump_traceback_later(max(1.0, args.run_timeout - 15), exit=False)
         timer = threading.Timer(max(1.0, args.run_timeout - 20), dump_stacks, (executor,))
         timer.daemon = True
         timer.start()
@@ -224,8 +226,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
 
 
 def dump_stacks(executor) -> None:
-    """The driver's threads to stderr, and each tuner actor's into its own log (SIGUSR1, actors/setup.py)."""
-    faulthandler.dump_traceback(all_threads=True)
+    """Each tuner actor's threads into its own log (SIGUSR1, actors/setup.py)."""
     for slot in getattr(getattr(executor, "pool", None), "slots", None) or []:
         pid = (slot.identity() or {}).get("pid")
         if pid:
@@ -244,7 +245,7 @@ def run_child(run_name: str, args) -> dict:
         + (["--dtype", args.dtype] if args.dtype else []) + (["--run-timeout", str(args.run_timeout)]
                                                             if args.run_timeout else [])
     print(f"run {run_name} ...", flush=True)
-    started = time.perf_counter()
+    started, hung = time.perf_counter(), None
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
         failure = None if proc.returncode == 0 else f"exit code {proc.returncode}"
@@ -253,13 +254,16 @@ def run_child(run_name: str, args) -> dict:
         failure = f"timed out after {args.run_timeout:g} s"
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
         tail = err[-12000:]
+        if out.exists():   # it tuned and wrote its numbers, then did not exit
+            failure, hung = None, tail
+            print(f"run {run_name}: wrote its result, then did not exit within {args.run_timeout:g} s:\n{tail}", flush=True)
     if failure is None and out.exists():
         data = json.loads(out.read_text())
         if data.get("failures") and not data.get("candidates"):
             failure = f"every module failed to tune: {data['failures']}"
     if failure is None and out.exists():
         print(f"run {run_name}: {data['wall_s']:.1f} s", flush=True)
-        return data
+        return {**data, "did_not_exit": hung} if hung else data
     print(f"run {run_name} failed ({failure}):\n{tail}", flush=True)
     return {"run": run_name, "failed": failure or "no result written", "tail": tail,
             "wall_s": time.perf_counter() - started}
