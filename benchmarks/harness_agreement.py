@@ -123,7 +123,7 @@ def sweep(fns: dict, items: list, store, device: torch.device, args) -> list[dic
                     gc.collect()
                     gc.freeze()
                     gc.disable()
-                start = time.perf_counter()
+                start, collected = time.perf_counter(), [g["collections"] for g in gc.get_stats()]
                 try:
                     if kind == "tuner":
                         ms = {n: {bs: t.median_ms for bs, t in per.items()} for n, per in profile_side_by_side(
@@ -136,7 +136,8 @@ def sweep(fns: dict, items: list, store, device: torch.device, args) -> list[dic
                         gc.unfreeze()
                 mhz, watts = clocks.window(start, time.perf_counter())
                 rows.append({"rep": rep + 1, "harness": kind, "setting": value, "ms": ms, "sm_mhz": mhz, "watts": watts,
-                             "seconds": time.perf_counter() - start})
+                             "seconds": time.perf_counter() - start, "objects": len(gc.get_objects()),
+                             "collections": [g["collections"] - c for g, c in zip(gc.get_stats(), collected)]})
     finally:
         clocks.stop()
     return rows
@@ -146,7 +147,7 @@ def sweep_lines(rows: list[dict], sizes: list[int], args) -> list[str]:
     names = [n for n in rows[0]["ms"] if n != "eager"] if rows else []
     cols = ["#", "harness", "burst ms / calls"] + [f"eager bs{bs} ms" for bs in sizes] + \
         [f"{n} bs{bs} ms" for n in names for bs in sizes] + [f"{n} bs{bs} speedup" for n in names for bs in sizes] + \
-        ["SM MHz", "board W", "s"]
+        ["SM MHz", "board W", "s", "collections gen0/1/2", "tracked objects"]
     lines = ["", f"Burst length against call count ({args.sweep_rounds} paired rounds per tuner setting; the user "
              f"loop's {args.repeats} repeats per count), twice over in turn; SM clock and power: nvidia-smi every 50 ms",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -157,7 +158,7 @@ def sweep_lines(rows: list[dict], sizes: list[int], args) -> list[str]:
         cells += [f"{ms[n][bs]:.3f}" for n in names for bs in sizes]
         cells += [f"{ms['eager'][bs] / ms[n][bs]:.3f}x" for n in names for bs in sizes]
         cells += [f"{row['sm_mhz']:.0f}" if row["sm_mhz"] else "-", f"{row['watts']:.0f}" if row["watts"] else "-",
-                  f"{row['seconds']:.1f}"]
+                  f"{row['seconds']:.1f}", "/".join(str(c) for c in row["collections"]), str(row["objects"])]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

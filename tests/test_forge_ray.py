@@ -21,12 +21,14 @@ from aitune_ray.cluster import RayExecutor  # noqa: E402
 from aitune_ray.cluster.forge import Cancelled, RayForgeRunner, RayKernelOptimizer  # noqa: E402
 from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAttentionKernelProvider,  # noqa: E402
                                      TorchSDPAKernelProvider)
+from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler  # noqa: E402
 from aitune_ray.kernel_forge.runner import LocalRunner  # noqa: E402
 from aitune_ray.kernel_forge.selection import (REMEASURE_MARGIN, apply_interleaved, choose,  # noqa: E402
                                                finalists_to_remeasure)
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.forge_helpers import (  # noqa: E402
-    GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider, one_thread)
+    ForgeBlock, GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider,
+    block_samples, one_thread)
 from tests.ray_helpers import HelperConfig  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -306,7 +308,53 @@ def test_kernel_selector_jobs_with_one_selection_config_share_one_plan(where, re
     assert results[alone.key()].state["kernel_plan"]["providers"] == []
 
 
-# ----- GPU (device machine, two GPUs) -------------------------------------------------------------------------
+class _RecordingProfiler(ModuleFunctionKernelProfiler):
+    seen: list = []
+
+    def profile(self, *args, **kwargs):
+        _RecordingProfiler.seen.append(kwargs.get("teardown_cupti"))
+        return super().profile(*args, **kwargs)
+
+
+def test_a_ray_driver_profiles_without_cuptis_teardown_and_one_process_with_it():
+    """Kineto's CUPTI teardown makes a process that is also Ray's driver hang at exit (exit_check.py): the Ray
+    runner's profile keeps CUPTI attached; the in-process runner's detaches it."""
+    _RecordingProfiler.seen = []
+    x = block_samples((2,))
+    for runner in (RayForgeRunner(executor=None), LocalRunner()):
+        KernelOptimizer([TestGeluProvider()], runner=runner,
+                        kernel_profiler_factory=_RecordingProfiler).profile_functions(ForgeBlock().eval(), x)
+    assert _RecordingProfiler.seen == [False, True]
+
+
+# ----- GPU (device machine) ------------------------------------------------------------------------------------
+
+EXITS = """
+import torch, aitune_ray as ait
+from aitune_ray.backend import KernelSelectorBackend
+from aitune_ray.cluster import RayExecutor
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+q, k, v = (torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.half) for _ in range(3))
+module = ait.Module(Attention().cuda().eval(), name="attention",
+                    strategy=ait.MaxThroughputStrategy([KernelSelectorBackend()]))
+ait.tune(lambda *a: module(*a), [(q, k, v)], device="cuda", executor=RayExecutor(max_actors=1))
+print("tuned", flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_a_ray_driver_that_profiled_on_its_gpu_exits_when_done(tmp_path):
+    """KernelSelector on Ray profiles on the driver's GPU; that process must exit once tune() returned."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": WORKER_PATH, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run([sys.executable, "-c", EXITS], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert "tuned" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 class Attention(torch.nn.Module):
     def forward(self, q, k, v):

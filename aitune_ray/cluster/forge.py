@@ -70,6 +70,10 @@ class RayForgeRunner(ForgeRunner):
     should be a progress event of the executor.
     """
 
+    # This process is Ray's driver: after Kineto's CUPTI teardown it would hang at exit, its work done
+    # (benchmarks/exit_check.py, torch 2.11 with Ray 2.60 on an H200).
+    teardown_cupti = False
+
     def __init__(self, executor, intent: str | None = None, on_queue: Callable[[], None] | None = None,
                  context=None):
         self.executor, self.intent, self.on_queue, self.context = executor, intent, on_queue, context

@@ -10,7 +10,9 @@ strides and non-tensor values) with how many calls had them.
 A CUDA trace is made with TEARDOWN_CUPTI=1 (unless the caller set it): without it, Kineto leaves CUPTI
 attached to the process after the trace, and every later kernel launch costs more (pytorch issue
 144455). Timing done after profiling, in the same process, would then hold that cost against whatever
-was measured second.
+was measured second. A process that runs Ray's driver is the exception (profile(teardown_cupti=False),
+which the Ray runner asks for): there Kineto's teardown makes the process hang at exit, after its work
+(benchmarks/exit_check.py).
 """
 
 from __future__ import annotations
@@ -96,11 +98,11 @@ def _uses_cuda(module: nn.Module, data: Sequence | None) -> bool:
     return any(t.device.type == "cuda" for t in tensors)
 
 
-def _prime_cuda_profiler() -> None:
+def _prime_cuda_profiler(teardown: bool = True) -> None:
     """Some profiler stacks drop kernels of a process's first session: run one and throw it away."""
     global _cuda_primed
     if not _cuda_primed:
-        with _cupti_released(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        with _cupti_released(teardown), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
             torch.zeros(1, device="cuda").relu_()
             torch.cuda.synchronize()
         # Kineto finalizes CUPTI at the next CUDA API call after a trace, and a trace that starts before
@@ -110,9 +112,10 @@ def _prime_cuda_profiler() -> None:
 
 
 @contextlib.contextmanager
-def _cupti_released() -> Iterator[None]:
-    """TEARDOWN_CUPTI=1 while the profiler runs and stops (Kineto reads it then), unless already set."""
-    if "TEARDOWN_CUPTI" in os.environ:   # the caller's choice (torch sets "0" where CUDA graphs need it)
+def _cupti_released(teardown: bool = True) -> Iterator[None]:
+    """TEARDOWN_CUPTI=1 while the profiler runs and stops (Kineto reads it then), unless already set or
+    teardown is False."""
+    if not teardown or "TEARDOWN_CUPTI" in os.environ:   # the caller's choice (torch sets "0" for CUDA graphs)
         yield
         return
     os.environ["TEARDOWN_CUPTI"] = "1"
@@ -161,8 +164,10 @@ class ModuleFunctionKernelProfiler:
         return self.function_names is None or name in self.function_names
 
     def profile(self, function: Callable, data: Sequence | None = None, *, module: nn.Module | None = None,
-                warmup_iterations: int = 2) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
+                warmup_iterations: int = 2, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
         """Run function over data (None: once with no arguments) under the profiler.
+
+        teardown_cupti: detach CUPTI after a CUDA trace (see the module docstring; False in a Ray driver).
 
         Returns the rows (module_name, module, function_name, op, kernel, kernel_us) and, per function,
         its distinct samples with call counts. On CUDA kernel_us is kernel time; on CPU it is op time.
@@ -178,7 +183,7 @@ class ModuleFunctionKernelProfiler:
             for _ in range(warmup_iterations):
                 _run(function, data)
         for attempt in (1, 2):
-            frame, function_data = self._trace(function, data, module, cuda)
+            frame, function_data = self._trace(function, data, module, cuda, teardown_cupti)
             if not cuda or len(frame) or attempt == 2:
                 return frame, function_data
             # A trace can come back without GPU activity when CUPTI is still being torn down after the
@@ -186,10 +191,10 @@ class ModuleFunctionKernelProfiler:
             logger.warning("the CUDA trace held no kernel attributed to a functional call; profiling again")
         raise AssertionError("unreachable")
 
-    def _trace(self, function: Callable, data, module: nn.Module, cuda: bool):
+    def _trace(self, function: Callable, data, module: nn.Module, cuda: bool, teardown: bool = True):
         if cuda:
             torch.cuda.synchronize()
-            _prime_cuda_profiler()
+            _prime_cuda_profiler(teardown)
         self._local = threading.local()
         self._ids = itertools.count(1)
         self._calls: dict[int, tuple[str, str]] = {}
@@ -198,7 +203,7 @@ class ModuleFunctionKernelProfiler:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         handles = self._hook_modules(named)
         try:
-            with _cupti_released(), profile(activities=activities) as prof, torch.no_grad():
+            with _cupti_released(teardown), profile(activities=activities) as prof, torch.no_grad():
                 with _Recorder(self):
                     _run(function, data)
                 if cuda:

@@ -23,7 +23,12 @@ from aitune_ray.kernel_forge.tasks import ForgeTasks
 
 class ForgeRunner:
     """The work of one search. open() before the first task, close() after the last (also on failure).
-    opt is the KernelOptimizer searching, searches its FunctionSearch per function, jobs BenchmarkJobs."""
+    opt is the KernelOptimizer searching, searches its FunctionSearch per function, jobs BenchmarkJobs.
+
+    teardown_cupti: whether the profile made in this process detaches CUPTI after its CUDA trace
+    (kernel_forge.profiler); a runner whose process is also a Ray driver says False."""
+
+    teardown_cupti = True
 
     def open(self, opt) -> None:
         pass
