@@ -275,6 +275,27 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
     assert "kernel profile" not in log
 
 
+def test_with_a_kernel_plan_pending_the_baseline_slot_is_kept_so_one_gpu_times_eager_on_the_driver(executor,
+                                                                                                     monkeypatch):
+    """On one local GPU the driver times eager while the actor starts (RayExecutor._driver_times, which needs
+    CUDA: here it is granted whenever submit() kept an actor for the baseline). A batch with a kernel plan
+    pending keeps that actor too, so its eager baseline is also timed on the driver."""
+    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context, kept: kept is not None)
+    events = []
+    executor.progress = events.append
+    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")], measure=FAST.to_dict(),
+                                         final_rounds=5)
+    strategy = ait.MaxThroughputStrategy([KernelSelectorBackend(config, TorchEagerBackend())], measure_config=FAST)
+    model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
+    try:
+        ait.tune(model, samples(), executor=executor)
+    finally:
+        executor.progress = None
+    baseline = [e for e in events if e.get("task") == "baseline" and e["event"] == "done"]
+    assert [str(e["gpu"]).startswith("driver") for e in baseline] == [True], baseline
+    assert model.report.results[0].ok, model.report.results[0].error
+
+
 def test_kernel_selector_jobs_with_one_selection_config_share_one_plan(where, request, monkeypatch):
     """Two KernelSelector candidates around different delegates, one selection config: the module is
     profiled once, and both composites build from the same plan; a third with another config gets its own.

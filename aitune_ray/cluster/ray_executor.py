@@ -74,9 +74,10 @@ class _RayHandle(RunHandle):
 
     def start(self) -> None:
         """Keep one actor for the eager baseline and start the first builds on the others now, so that
-        they overlap the baseline (not when kernel plans are pending: their profiling on the driver comes
-        first, after the baseline, as it always did)."""
-        if self._plans or not self._queue:
+        they overlap the baseline (when kernel plans are pending, their profiling on the driver comes first,
+        after the baseline: the builds wait; on one local GPU the driver then times eager and profiles
+        while that actor is still starting)."""
+        if not self._queue and not self._plans:
             return
         slot = self._ex.pool.acquire()
         if slot is None:
