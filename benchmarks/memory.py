@@ -135,7 +135,7 @@ def main() -> int:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is None:
-                rows.append({"run": run, "candidates": count, "error": (proc.stderr or proc.stdout)[-400:]})
+                rows.append({"run": run, "candidates": count, "error": (proc.stderr or proc.stdout)[-2000:]})
                 continue
             rows.append(json.loads(line[len("RESULT "):]))
     lines = [f"Peak memory, {args.device}, a {args.buffer_mb} MB buffer per built candidate"
@@ -147,7 +147,8 @@ def main() -> int:
         base = min(mine, key=lambda r: r["candidates"]) if mine else None
         for r in [r for r in rows if r["run"] == run]:
             if "error" in r:
-                lines.append(f"| {run} | {r['candidates']} | failed: {' '.join(r['error'].split())[:200]} |||||")
+                last = next((ln for ln in reversed(r["error"].strip().splitlines()) if ln.strip()), "")
+                lines.append(f"| {run} | {r['candidates']} | failed: {last.strip()[:300]} (the .json has more) |||||")
                 continue
             dev = r["peak_device_mb"]
             lines.append(f"| {run} | {r['candidates']} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} "

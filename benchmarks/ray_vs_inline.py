@@ -337,6 +337,11 @@ def report(args, runs: list[dict], device, dtype) -> str:
         lines.append(f"| {r['run']} | {r['gpus']} | {r['wall_s']:.1f} | {overhead} | {speedup:.2f}x "
                      f"({r['wall_s'] / inline['wall_s']:.2f} of inline) | {speedup / r['gpus']:.0%} | {ideal:.1f} | "
                      f"{r['wall_s'] / ideal:.2f}x | {r['wall_s'] / longest:.2f}x | {verdict(inline, r)} |")
+    for r in runs:
+        if r.get("did_not_exit"):
+            lines += ["", f"{r['run']} wrote its result and then did not exit within the run's limit (its wall "
+                          "time above ends at its result); the end of its output:", "", "```",
+                      *r["did_not_exit"].strip().splitlines()[-25:], "```"]
     phased = [r for r in runs if r.get("phases")]
     if phased:
         names = list(dict.fromkeys(k for r in phased for k in r["phases"]))
