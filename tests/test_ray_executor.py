@@ -83,6 +83,22 @@ class TestOneNode:
         (result,) = module.report.results
         assert result.status == ERROR and "exception" not in result.to_dict()
 
+    def test_a_freed_actor_starts_the_next_build_before_the_ended_one_is_handled(self, executor):
+        """Two actors, three builds: the third is dispatched as soon as the first build ends, before the
+        driver fetches that build's result and reports it done (whichever of the two ends first)."""
+        events = []
+        executor.progress = events.append
+        backends = [fast(tag=i) for i in range(3)]
+        try:
+            recorded("next-build", max_throughput(backends)).tune(executor=executor)
+        finally:
+            executor.progress = None
+        builds = [(e["key"], e["event"]) for e in events if e["task"] == "build"]
+        started = [key for key, event in builds if event == "building"]
+        assert sorted(started) == sorted(b.key() for b in backends)
+        first_done = next(i for i, (_, event) in enumerate(builds) if event == "done")
+        assert builds.index((started[2], "building")) < first_done, builds
+
     def test_failures_become_results_and_the_survivor_wins(self, executor):
         events = []
         executor.progress = events.append
