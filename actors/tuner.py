@@ -86,14 +86,14 @@ class TunerActor:
     def run(self, name: str, box: list, intent: str, job: dict) -> dict:
         """One candidate. Returns {"result": BuildResult dict, "refs": {name: ref} of artifacts too large to
         travel inside the result (no artifact_dir), "exception": the build's exception, pickled, or None,
-        "actor_s": this call's own seconds here, "began_at"/"ended_at": its wall-clock start and end}."""
-        began_at, started = time.time(), time.perf_counter()
+        "began_at"/"ended_at": this call's wall-clock start and end here}."""
+        began_at = time.time()
         self._load(name, box, intent)
         result = self.worker.run(name, CandidateJob(**job))
         large = self.worker.pack(name, result, self.limit_bytes, self.artifact_dir)
         refs = {n: ray.put(p.read_bytes()) for n, p in large.items()}
         return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception),
-                "actor_s": time.perf_counter() - started, "began_at": began_at, "ended_at": time.time()}
+                "began_at": began_at, "ended_at": time.time()}
 
     def remeasure(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int) -> dict:
         """Eager and every finalist ({"key", "spec", "state", "artifacts"}) timed in turn here."""

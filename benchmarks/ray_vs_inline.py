@@ -125,18 +125,18 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
               "materialize on the driver s": materialize_s}
     budget["dispatch + transfer s (driver-seen - worker-timed)"] = (budget["candidates, driver-seen s (sum)"]
                                                                     - budget["candidates, worker-timed s (sum)"])
-    actor_s = [d["actor_s"] for _, d in builds if d.get("actor_s") is not None]
+    actor_s = [d["ended_at"] - d["began_at"] for _, d in builds if d.get("began_at") is not None]
     if actor_s:   # the actor's own time per build call, around the worker's (module fetch, artifact packing)
-        budget["build calls on the actors s (sum)"] = sum(actor_s)
-        budget["Ray transfer and queueing s (driver-seen - actor)"] = seen_s - sum(actor_s)
         began = [(b, d) for b, d in builds if d.get("began_at") is not None]
-        if began:   # the same node's clock: the wait before each call began on the actor, and after it ended
-            budget["builds: dispatch until the call began on the actor s (sum)"] = sum(
-                d["began_at"] - b["time"] for b, d in began)
-            budget["builds: the call's end on the actor until the driver's done event s (sum)"] = sum(
-                d["time"] - d["ended_at"] for _, d in began)
-            budget["timeline: first build began on the actor at s"] = min(d["began_at"] for _, d in began) - started_wall
-            budget["timeline: last build done at s"] = max(d["time"] for _, d in builds) - started_wall
+        budget["build calls on the actors s (sum)"] = sum(actor_s)
+        # The same node's clock: the wait before each call began on the actor, and after it ended (their sum
+        # is the driver-seen time less the actor's)
+        budget["builds: dispatch until the call began on the actor s (sum)"] = sum(
+            d["began_at"] - b["time"] for b, d in began)
+        budget["builds: the call's end on the actor until the driver's done event s (sum)"] = sum(
+            d["time"] - d["ended_at"] for _, d in began)
+        budget["timeline: first build began on the actor at s"] = min(d["began_at"] for _, d in began) - started_wall
+        budget["timeline: last build done at s"] = max(d["time"] for _, d in builds) - started_wall
     on_driver = [b for b, _ in baseline if str(b.get("gpu", "")).startswith("driver")]
     budget["eager baseline timed on"] = "the driver" if on_driver else ("an actor" if identities else "the driver")
     if identities:

@@ -35,6 +35,13 @@ BEHAVIORS = ("exact", "cached", "slow", "zeros", "negated", "off3", "raises", "u
 
 # ----- models -----------------------------------------------------------------------------------------
 
+class Attention(nn.Module):
+    """One scaled_dot_product_attention call (what the SDPA providers replace)."""
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, dim: int, heads: int):
         super().__init__()

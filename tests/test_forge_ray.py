@@ -27,7 +27,7 @@ from aitune_ray.kernel_forge.selection import (REMEASURE_MARGIN, apply_interleav
                                                finalists_to_remeasure)
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.forge_helpers import (  # noqa: E402
-    ForgeBlock, GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider,
+    Attention, ForgeBlock, GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider,
     block_samples, one_thread)
 from tests.ray_helpers import HelperConfig  # noqa: E402
 
@@ -354,9 +354,7 @@ EXITS = """
 import torch, aitune_ray as ait
 from aitune_ray.backend import KernelSelectorBackend
 from aitune_ray.cluster import RayExecutor
-class Attention(torch.nn.Module):
-    def forward(self, q, k, v):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+from tests.forge_helpers import Attention
 q, k, v = (torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.half) for _ in range(3))
 module = ait.Module(Attention().cuda().eval(), name="attention",
                     strategy=ait.MaxThroughputStrategy([KernelSelectorBackend()]))
@@ -376,10 +374,6 @@ def test_a_ray_driver_that_profiled_on_its_gpu_exits_when_done(tmp_path):
                           timeout=240)
     assert "tuned" in proc.stdout, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stderr[-3000:]
-
-class Attention(torch.nn.Module):
-    def forward(self, q, k, v):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
 @pytest.mark.gpu

@@ -452,9 +452,9 @@ class RayExecutor(Executor):
     def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
         out = task.out if isinstance(task.out, dict) else {}
-        # The call's own time on the actor, and its wall-clock start and end there (against the driver's
-        # clock on the same node: the time in Ray's queue before the call, and in the transfer after it).
-        timing = {k: round(out[k], 3) for k in ("actor_s", "began_at", "ended_at") if out.get(k) is not None}
+        # The call's wall-clock start and end on the actor: its own time there and, against the driver's
+        # clock on the same node, the time in Ray's queue before the call and in the transfer after it.
+        timing = {k: round(out[k], 3) for k in ("began_at", "ended_at") if out.get(k) is not None}
         self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched, **timing)
 
     # ----- Executor -----------------------------------------------------------------------------

@@ -12,9 +12,10 @@ the first call of a burst starts on an empty queue and the last one's kernels dr
 done, a ramp of tens of microseconds to a few milliseconds that 50 ms spreads below noise, and the
 two synchronizes and clock reads (~10 us) fall below 0.1%. A long call (20 ms or more) needs only
 min_burst calls. Measured on an H200 (benchmarks/harness_agreement.py --sweep, a CUDA-graph ViT-B at
-batch 8 and 32): 10 ms bursts read it 4% slower than 50 ms ones (the ramp); 50 and 200 ms agree within
-1%; a user's loop of 400 back-to-back calls reads a GPU-bound call about 2% slower than either, with the
-SM clock 1.5-2% lower under that sustained load, which no burst short enough for 20 rounds reproduces. On the CPU calls are synchronous, so a burst only averages the timer and scheduler
+batch 8 and 32): 10 ms bursts read it about 3% slower than 50 ms ones (the ramp); 50 and 200 ms agree
+within 1%; a user's loop of 400 back-to-back calls reads the GPU-bound batch 32 about 2% slower than
+either, with the SM clock 1.5-2% lower under that sustained load, which no burst short enough for 20
+rounds reproduces. On the CPU calls are synchronous, so a burst only averages the timer and scheduler
 noise: cpu_burst_ms (5 ms) is enough, and a call of 5 ms or more is timed alone.
 
 Measuring cost: a 9-candidate job re-measured side by side (eager + 9 finalists, 2 batch sizes, 30
