@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import TextIO
 
@@ -46,6 +47,17 @@ def describe(slot: int) -> dict:
     host = socket.gethostname()
     return {"node": f"{host} ({where})" if where else host, "node_id": node_id, "gpu": gpu, "gpu_ids": ids,
             "cuda": torch.cuda.is_available(), "pid": os.getpid(), "slot": slot}
+
+
+def process_started_at() -> float | None:
+    """This process's start, wall clock (from /proc; None elsewhere): with the import and __init__ times it
+    splits an actor's start into Ray's worker launch, the imports and the set-up."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = time.time() - float(Path("/proc/uptime").read_text().split()[0])   # finer than btime
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _node_gpus(node_id: str) -> float:

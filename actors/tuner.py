@@ -6,23 +6,28 @@ aitune_ray.cluster.pool makes it an actor pinned to its resources.
 
 from __future__ import annotations
 
+import time
+
+IMPORT_BEGAN_AT = time.time()   # wall clock: this module's import began (Ray fetched the actor's class)
+
 import logging
 import os
 import socket
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
 
-from actors.setup import compile_share, describe, open_log
+from actors.setup import compile_share, describe, open_log, process_started_at
 from aitune_ray.failures import pack_exception
 from aitune_ray.results import CandidateJob
-from aitune_ray.worker import Worker, device_for, warm_up
+from aitune_ray.worker import Worker, device_for
+from aitune_ray.worker import warm_up as warm_up_process
 
 logger = logging.getLogger(__name__)
+IMPORTED_AT = time.time()   # and ended (torch and the worker core imported)
 
 
 def _fetch(box: list) -> Any:
@@ -37,18 +42,23 @@ class TunerActor:
     """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
     limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts)."""
 
-    def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None):
+    def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None,
+                 warm_up: str = "compile"):
         started = time.time()
         self.slot, self.log_path, self.limit_bytes, self.artifact_dir = slot, log_path, limit_bytes, artifact_dir
         self._log = open_log(log_path)
-        self._identity = {**describe(slot), "log_path": log_path, "started_at": started}
+        self._identity = {**describe(slot), "log_path": log_path, "started_at": started,
+                          "import_began_at": IMPORT_BEGAN_AT, "imported_at": IMPORTED_AT,
+                          "process_started_at": process_started_at(), "described_at": time.time()}
         # Beside the logs, in a folder the driver removes when it closes (on its own node; on the others
         # cleanup() does it for actors still alive then).
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self.worker = Worker(workdir, self._identity, log_path)
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
         if torch.cuda.is_available():
-            self._identity["warm_up"] = warm_up(compile_share(self._identity["node_id"]))
+            share = compile_share(self._identity["node_id"])
+            self._identity["warm_up_began_at"] = time.time()
+            self._identity["warm_up"] = warm_up_process(share, warm_up)
         self._identity["threads"] = torch.get_num_threads()
         self._identity["ready_at"] = time.time()   # wall clock: up and warmed (benchmarks read it)
 

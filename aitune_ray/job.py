@@ -75,6 +75,7 @@ class ExecutorSpec:
     inline_artifact_limit_mb: int = bounded(256, 0, 1 << 20)
     log_dir: str | None = None
     remeasure_rounds: int = bounded(30, 1, 100_000)
+    warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
 
     def ray_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("type", "address")}

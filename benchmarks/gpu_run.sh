@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|actor-start|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -59,6 +59,10 @@ for part in $parts; do
         --log-dir "$out/actor-logs-long" \
         > "$out/ray1_long.log" 2>&1
       sed -n '1,75p' "$out/ray1_long.md" | grep -v "^| Torch\|^| Kernel" ;;
+    actor-start)   # a tuner actor's start by warm-up mode: fresh processes, the encoder's first two builds (about 3 minutes)
+      timeout 300 python benchmarks/actor_start.py --modes compile,imports,off --repeats 2 --run-timeout 80 \
+        --out "$out/actor_start.md" > "$out/actor_start.log" 2>&1
+      echo "actor_start.py: exit $?"; tail -12 "$out/actor_start.log" ;;
     agree)   # the tuner's rounds against a user's loop on one tuning, with the burst-length sweep (about 3 minutes)
       timeout 400 python benchmarks/harness_agreement.py --out "$out/agree" --backends jit,jit-ro --sweep \
         > "$out/agree.log" 2>&1

@@ -53,17 +53,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
+from aitune_ray.worker import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 
 def parse_run(text: str) -> tuple[str, int]:
-    """("inline", 1) or ("ray", N) from "inline" or "ray:N"."""
-    kind, _, count = text.partition(":")
-    if kind == "inline" and not count:
+    """("inline", 1) or ("ray", N) from "inline", "ray:N" or "ray:N:WARMUP" (see run_warm_up)."""
+    kind, _, rest = text.partition(":")
+    count, _, warm = rest.partition(":")
+    if kind == "inline" and not rest:
         return "inline", 1
-    if kind == "ray" and count.isdigit() and int(count) >= 1:
+    if kind == "ray" and count.isdigit() and int(count) >= 1 and (not warm or warm in WARM_UP_MODES):
         return "ray", int(count)
-    raise SystemExit(f"a run is 'inline' or 'ray:N' (N >= 1), not {text!r}")
+    raise SystemExit(f"a run is 'inline', 'ray:N' or 'ray:N:WARMUP' (N >= 1, WARMUP one of "
+                     f"{', '.join(WARM_UP_MODES)}), not {text!r}")
+
+
+def run_warm_up(text: str) -> str:
+    """The actors' warm-up of a Ray run: "ray:1:imports" -> "imports"; RayExecutor's default otherwise."""
+    return text.split(":")[2] if text.count(":") == 2 else "compile"
 
 
 def short_label(spec: dict) -> str:
@@ -140,11 +148,21 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
     on_driver = [b for b, _ in baseline if str(b.get("gpu", "")).startswith("driver")]
     budget["eager baseline timed on"] = "the driver" if on_driver else ("an actor" if identities else "the driver")
     if identities:
+        # The last actor's start on the driver's clock: Ray launched its process, it imported torch and the
+        # worker core (when Ray fetched the actor's class), its __init__ began, found its GPU (CUDA's start).
+        for label, field in (("process launched", "process_started_at"), ("class import began", "import_began_at"),
+                             ("class imported", "imported_at"), ("__init__ began", "started_at"),
+                             ("GPU found (CUDA up)", "described_at"), ("warm-up began", "warm_up_began_at")):
+            stamps = [i[field] for i in identities if i.get(field)]
+            if stamps:
+                budget[f"timeline: actor {label} at s"] = max(stamps) - started_wall
         budget["actor process start s (after the driver began)"] = max(
             (i.get("started_at") or started_wall) - started_wall for i in identities)
         warm = [i.get("warm_up") or {} for i in identities]
-        for part in ("cuda_context_s", "first_compile_s", "torchao_import_s", "warm_up_s"):
+        parts = sorted({k for w in warm for k, v in w.items() if k.endswith("_s") and k != "warm_up_s"})
+        for part in parts + ["warm_up_s"]:
             budget[f"actor warm-up: {part}"] = max((w.get(part, 0.0) for w in warm), default=0.0)
+        budget["actor warm-up: mode"] = ", ".join(sorted({str(w.get("mode", "-")) for w in warm}))
         budget["compile threads (actor)"] = max((w.get("compile_threads", 0) for w in warm), default=0)
         budget["torch threads (actor)"] = max((i.get("threads", 0) for i in identities), default=0)
         budget["timeline: last actor up and warmed at s"] = max(
@@ -152,12 +170,22 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
     else:
         budget["compile threads (inline)"] = inductor_config.compile_threads
         budget["torch threads (inline)"] = torch.get_num_threads()
-    for name, spans in (("eager baseline", baseline), ("re-measure", remeasure)):
+    profiles = _spans(events, "profile", "planning")
+    from aitune_ray.cluster.forge_tasks import EVENTS as FORGE_EVENTS
+
+    forge = [pair for task, start in sorted(set(FORGE_EVENTS.values())) for pair in _spans(events, task, start)]
+    if forge:
+        budget["kernel forge tasks s (sum)"] = sum(d["time"] - b["time"] for b, d in forge)
+    for name, spans in (("eager baseline", baseline), ("re-measure", remeasure), ("plan's profile", profiles),
+                        ("kernel forge tasks", sorted(forge, key=lambda p: p[0]["time"]))):
         if spans:
             budget[f"timeline: {name} from / to s"] = (f"{spans[0][0]['time'] - started_wall:.1f} / "
                                                        f"{spans[-1][1]['time'] - started_wall:.1f}")
     budget["timeline: last event at s"] = max((e["time"] for e in events), default=started_wall) - started_wall
     budget["wall s"] = wall
+    # The re-measure's rounds double when its spread is too wide to decide, on either side: without it the
+    # two runs compare the same work
+    budget["wall less re-measure s"] = wall - budget["re-measure s"]
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in budget.items()}
 
 
@@ -172,7 +200,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
     events: list[dict] = []
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
-                else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append))
+                else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append,
+                                     warm_up=run_warm_up(run_name)))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
         # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
         faulthandler.dump_traceback_later(max(1.0, args.run_timeout - 15), exit=False)
@@ -215,6 +244,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         phases["module and samples into the object store s"] = round(put_s, 2)
         phases["Ray start and actor creation (executor.open) s"] = round(max(opened, default=0.0), 2)
     phases["executor.close() s"] = round(sum(closed), 2)
+    if getattr(executor, "shutdown_s", None) is not None:
+        phases["of which ray.shutdown() s"] = round(executor.shutdown_s, 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
     return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,

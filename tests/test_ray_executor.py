@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
 from aitune_ray import artifacts  # noqa: E402
+from aitune_ray.errors import ConfigError  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.module import ModuleState  # noqa: E402
 from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
@@ -364,6 +366,29 @@ def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
     assert report.modules[0].chosen == result.key and module.state == ModuleState.TUNED
 
 
+def test_closing_a_ray_it_started_kills_its_monitor_before_shutting_it_down(monkeypatch):
+    """Ray's shutdown waits up to a second for each process it sent SIGTERM; its autoscaler monitor takes that
+    second. The executor that started Ray kills the monitor first, and Ray is still shut down."""
+    from aitune_ray.cluster import ray_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    seen = []
+    real = ray_executor._stop_local_monitor
+
+    def spy():
+        (info,) = ray._private.worker._global_node.all_processes["monitor"]
+        killed = real()
+        seen.append((killed, info.process.poll()))
+        return killed
+
+    monkeypatch.setattr(ray_executor, "_stop_local_monitor", spy)
+    executor = RayExecutor(max_actors=1)
+    executor.open()
+    executor.close()
+    assert seen == [(True, -signal.SIGKILL)]
+    assert not ray.is_initialized() and executor.shutdown_s is not None
+
+
 SCRIPT = '''
 import sys
 import torch
@@ -406,3 +431,9 @@ def test_a_script_s_own_submodule_class_compiles_on_an_actor(tmp_path):
     proc = subprocess.run([sys.executable, str(script), ROOT], env=env, capture_output=True, text=True, timeout=300)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), proc.stdout + proc.stderr[-2000:])
     assert line.startswith("RESULT ok"), line
+
+
+def test_an_unknown_warm_up_mode_is_refused_before_ray_starts():
+    with pytest.raises(ConfigError, match="warm_up must be one of compile, imports, off"):
+        RayExecutor(warm_up="everything")
+    assert not ray.is_initialized()

@@ -61,8 +61,9 @@ class Slot:
 
 class ActorPool:
     def __init__(self, size: int, *, num_gpus: float, num_cpus: float, max_restarts: int, log_dir: str,
-                 limit_bytes: int, artifact_dir: str | None):
+                 limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile"):
         self.num_gpus, self.num_cpus = num_gpus, num_cpus
+        self.warm_up = warm_up
         self.max_restarts = max_restarts
         self.log_dir = log_dir
         self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
@@ -79,7 +80,7 @@ class ActorPool:
         slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
         slot.actor = self._remote.options(num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
                                           max_concurrency=1, scheduling_strategy="SPREAD").remote(
-            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir)
+            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
         slot.busy = False

@@ -20,6 +20,7 @@ finished kernel plan) first gets one from the driver, its tasks on these actors
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import logging
 import os
@@ -43,7 +44,7 @@ from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, log_hint, revive_exception, short
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
-from aitune_ray.worker import finalist, remeasured_eager
+from aitune_ray.worker import WARM_UP_MODES, finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +253,22 @@ def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None
         logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
+def _stop_local_monitor() -> bool:
+    """Kill the autoscaler monitor of the Ray this process started, before ray.shutdown(). Shutdown sends
+    each of Ray's processes SIGTERM and waits up to a second for it; the monitor, which a single-node Ray
+    started here has no use for, takes that whole second. Returns whether one was killed."""
+    node = getattr(ray._private.worker, "_global_node", None)   # Ray's own handle on the processes it started
+    infos = (getattr(node, "all_processes", None) or {}).get("monitor") or []
+    killed = False
+    for info in infos:
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            with contextlib.suppress(Exception):
+                process.wait(timeout=1)
+            killed = True
+    return killed
+
 
 class RayExecutor(Executor):
     """Runs candidate jobs on a pool of Ray actors, one per GPU.
@@ -267,12 +284,16 @@ class RayExecutor(Executor):
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    warm_up: what each GPU actor does as it starts, before its first task (aitune_ray.worker.warm_up):
+        "compile" compiles a small function (Inductor's and Triton's first use is paid there), "imports"
+        only starts the compile workers and imports the compiler, "off" nothing.
     """
 
     def __init__(self, address: str | None = None, *, gpus_per_actor: float = 1, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
-                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30):
+                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
+                 warm_up: str = "compile"):
         if gpus_per_actor < 0 or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
         if max_actors is not None and max_actors < 1:
@@ -280,13 +301,17 @@ class RayExecutor(Executor):
         if task_timeout_s <= 0 or max_actor_restarts < 0 or inline_artifact_limit_mb < 0 or remeasure_rounds < 1:
             raise ConfigError("task_timeout_s and remeasure_rounds must be positive; max_actor_restarts and "
                               "inline_artifact_limit_mb must not be negative")
+        if warm_up not in WARM_UP_MODES:
+            raise ConfigError(f"warm_up must be one of {', '.join(WARM_UP_MODES)}, got {warm_up!r}")
         artifacts.check_artifact_dir(artifact_dir)
         self.address = address
         self.gpus_per_actor, self.cpus_per_actor, self.max_actors = gpus_per_actor, cpus_per_actor, max_actors
         self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
+        self.warm_up = warm_up
         self.pool: ActorPool | None = None
+        self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
         self.puts = 0                   # ray.put calls made for modules and samples
         self.put_s = 0.0                # seconds those took
         self._own_ray = False
@@ -333,7 +358,8 @@ class RayExecutor(Executor):
         self._own_log_dir = None if self.log_dir else log_dir
         self.pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
-                              limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir)
+                              limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
+                              warm_up=self.warm_up)
         logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
                     log_dir)
 
@@ -345,7 +371,14 @@ class RayExecutor(Executor):
         self._boxes.clear()
         self._baseline_slots.clear()
         if self._own_ray and ray.is_initialized():
+            started = time.perf_counter()
+            if self._local:
+                try:
+                    _stop_local_monitor()
+                except Exception as exc:  # Ray's internals moved: shutdown then waits its second for it
+                    logger.debug("the local Ray's monitor was not stopped first: %s", exc)
             ray.shutdown()
+            self.shutdown_s = time.perf_counter() - started
         self._own_ray = self._local = False
 
     def resolve_device(self, device) -> torch.device:
