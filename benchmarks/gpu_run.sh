@@ -54,7 +54,7 @@ for part in $parts; do
       sed -n '1,30p' "$out/ray_vs_inline.md" ;;
     ray1-long)   # one GPU: the ViT-B-sized fp16 encoder with Inductor default and max-autotune, TorchAO fp8wo and
       # KernelSelector, on Ray with one actor and inline (about 8 minutes)
-      timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ray:1,inline \
+      timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ${RUNS:-ray:1,inline} \
         --run-timeout ${RUN_TIMEOUT:-290} --backends jit,jit-max,ao-fp8wo,kernels --out "$out/ray1_long.md" \
         --log-dir "$out/actor-logs-long" \
         > "$out/ray1_long.log" 2>&1
