@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|actor-start|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -63,6 +63,10 @@ for part in $parts; do
       timeout 300 python benchmarks/actor_start.py --modes compile,imports,off --repeats 2 --run-timeout 80 \
         --out "$out/actor_start.md" > "$out/actor_start.log" 2>&1
       echo "actor_start.py: exit $?"; tail -12 "$out/actor_start.log" ;;
+    decide)   # three tunings of the ViT with batch-size dispatch on, each against a user's loop (about 4 minutes)
+      timeout 330 python benchmarks/decisions.py --out "$out/dec" --models vit --runs 3 --dispatch \
+        --backends ${BACKENDS:-jit,jit-ro,jit-max} --budget-s 230 > "$out/decisions.log" 2>&1
+      echo "decisions.py: exit $?"; sed -n '1,12p' "$out/dec/decisions.md"; grep -E "^\| (8|32) |^Decision|^Dispatch" "$out/dec/decisions.md" ;;
     agree)   # the tuner's rounds against a user's loop on one tuning, with the burst-length sweep (about 3 minutes)
       timeout 400 python benchmarks/harness_agreement.py --out "$out/agree" --backends jit,jit-ro --sweep \
         > "$out/agree.log" 2>&1
