@@ -38,6 +38,11 @@ from aitune_ray.backend import Backend, BackendConfig  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def search_path() -> str:
+    """PYTHONPATH for the child runs and the actors: this checkout first, then what this process was given."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 @dataclasses.dataclass
 class HoardingConfig(BackendConfig):
     buffer_mb: int = 400
@@ -89,7 +94,7 @@ def one(args) -> dict:
         import ray
 
         ray.init(include_dashboard=False, log_to_driver=False, num_cpus=2,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+                 runtime_env={"env_vars": {"PYTHONPATH": search_path()}})
         executor = ait.RayExecutor(max_actors=1, remeasure_rounds=3)
     else:
         executor = ait.InlineExecutor(remeasure_rounds=3)
@@ -132,7 +137,7 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--one", "1", "--run", run, "--count", str(count), "--device",
                    args.device, "--buffer-mb", str(args.buffer_mb), "--delay-ms", str(args.delay_ms)] + (
                    ["--keep-all"] if args.keep_all else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=search_path()))
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is None:
                 rows.append({"run": run, "candidates": count, "error": (proc.stderr or proc.stdout)[-2000:]})
