@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import signal
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -57,6 +59,28 @@ class FastBackend(Backend):
         if self.config.infer_delay_s:
             time.sleep(self.config.infer_delay_s)
         return self._linear(x)
+
+
+@dataclasses.dataclass
+class HeldConfig(HelperConfig):
+    """count_file: each build appends "tag held" to it: how many other builds this process held as it began."""
+
+    count_file: str = ""
+
+
+class HeldCountBackend(FastBackend):
+    """FastBackend that, as its build begins, counts the builds of its class this worker process still holds
+    (after a garbage collection): what the worker had released by then."""
+
+    config_class = HeldConfig
+    live: "weakref.WeakSet" = weakref.WeakSet()
+
+    def _build(self, module, samples, device, workdir):
+        gc.collect()
+        with open(self.config.count_file, "a") as out:
+            out.write(f"{self.config.tag} {len(HeldCountBackend.live)}\n")
+        HeldCountBackend.live.add(self)
+        super()._build(module, samples, device, workdir)
 
 
 class RaisingBackend(FastBackend):

@@ -23,6 +23,8 @@ from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  
 from tests.ray_helpers import (  # noqa: E402
     FastBackend,
     HangingBackend,
+    HeldConfig,
+    HeldCountBackend,
     HelperConfig,
     OomBackend,
     RaisingBackend,
@@ -85,21 +87,21 @@ class TestOneNode:
         (result,) = module.report.results
         assert result.status == ERROR and "exception" not in result.to_dict()
 
-    def test_a_freed_actor_starts_the_next_build_before_the_ended_one_is_handled(self, executor):
-        """Two actors, three builds: the third is dispatched as soon as the first build ends, before the
-        driver fetches that build's result and reports it done (whichever of the two ends first)."""
-        events = []
-        executor.progress = events.append
-        backends = [fast(tag=i) for i in range(3)]
+    def test_a_build_released_on_its_result_is_gone_before_its_actor_builds_the_next(self, executor, tmp_path):
+        """One actor, four builds, the first the fastest: MaxThroughput releases each later one as its result
+        arrives (out of reach of the best). Each release reaches the actor before its next build, so every
+        build after the first begins with only the best one held there (not the best and the one before)."""
+        counts = tmp_path / "held.txt"
+        delays = [0.0, 0.02, 0.02, 0.02]
+        backends = [HeldCountBackend(HeldConfig(tag=i, infer_delay_s=d, count_file=str(counts)))
+                    for i, d in enumerate(delays)]
+        single = RayExecutor(max_actors=1, gpus_per_actor=0, cpus_per_actor=0)   # beside the class's two actors
         try:
-            recorded("next-build", max_throughput(backends)).tune(executor=executor)
+            recorded("held", max_throughput(backends)).tune(executor=single)
         finally:
-            executor.progress = None
-        builds = [(e["key"], e["event"]) for e in events if e["task"] == "build"]
-        started = [key for key, event in builds if event == "building"]
-        assert sorted(started) == sorted(b.key() for b in backends)
-        first_done = next(i for i, (_, event) in enumerate(builds) if event == "done")
-        assert builds.index((started[2], "building")) < first_done, builds
+            single.close()
+        held = dict(line.split() for line in counts.read_text().splitlines())
+        assert held == {"0": "0", "1": "1", "2": "1", "3": "1"}
 
     def test_failures_become_results_and_the_survivor_wins(self, executor):
         events = []

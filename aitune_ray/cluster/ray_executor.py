@@ -116,8 +116,11 @@ class _RayHandle(RunHandle):
                     time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
                     continue
                 waiting_since = None
+                # Each ended build is handed on before its actor gets the next one: what the consumer releases
+                # on seeing it (MaxThroughput drops builds out of reach) then reaches that actor ahead of its
+                # next build, instead of behind it, where the released build would still hold its memory while
+                # the next one builds (the loop's top dispatches).
                 ended = self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0))
-                self._dispatch()   # the freed actors start their next builds before these results are handled
                 for task in ended:
                     result = self._result(task)
                     self._ex._done(self._ctx, task, result)
@@ -578,7 +581,8 @@ class RayExecutor(Executor):
         return eager
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
-        """Tell the actor that built result to drop it (queued behind whatever that actor runs now)."""
+        """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
+        handle hands each result on before that actor's next build is dispatched)."""
         if self.pool is None:
             return
         for slot in self.pool.alive():
