@@ -439,3 +439,19 @@ def test_an_unknown_warm_up_mode_is_refused_before_ray_starts():
     with pytest.raises(ConfigError, match="warm_up must be one of compile, imports, off"):
         RayExecutor(warm_up="everything")
     assert not ray.is_initialized()
+
+
+def test_on_a_ray_it_started_here_the_device_is_known_without_waiting_for_an_actor(monkeypatch):
+    """device=None on a machine with CUDA and a Ray this executor started: cuda, answered at once (the first
+    actor answers only once it is up and warmed, and the driver has its own work to do meanwhile). On a Ray
+    it joined, the first actor to start is asked."""
+    executor = RayExecutor()
+    executor.pool = object()          # opened
+    asked = []
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 1.0, "CPU": 4.0})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(executor, "_actors_have_cuda", lambda: asked.append(True) or True)
+    executor._local = True
+    assert executor.resolve_device(None) == torch.device("cuda") and asked == []
+    executor._local = False
+    assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]

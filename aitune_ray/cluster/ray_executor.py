@@ -391,7 +391,7 @@ class RayExecutor(Executor):
         self.open()
         gpus = ray.cluster_resources().get("GPU", 0.0)
         if device is None:
-            if gpus > 0 and not self._actors_have_cuda():
+            if gpus > 0 and not self._actors_see_cuda():
                 logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
                 return torch.device("cpu")
             return torch.device("cuda" if gpus > 0 else "cpu")
@@ -403,6 +403,14 @@ class RayExecutor(Executor):
         if dev.index is not None:
             logger.info("device %s: on Ray every actor uses its own GPU; the index is ignored", dev)
         return torch.device("cuda")
+
+    def _actors_see_cuda(self) -> bool:
+        """Whether the actors see a CUDA device. On the Ray this executor started on this machine, they are
+        this machine's processes: they do when this one does, and nobody waits for an actor to start (the
+        driver records, times eager and profiles meanwhile). Elsewhere the first actor to start says."""
+        if self._local and torch.cuda.is_available():
+            return True
+        return self._actors_have_cuda()
 
     def _actors_have_cuda(self, timeout_s: float = 300.0) -> bool:
         """Whether the first actor to start sees a CUDA device (True when none answers in time)."""
