@@ -75,6 +75,7 @@ def eager_job(tmp_path: Path, **changes) -> dict:
     (lambda d: d.update(modules=[7]), "modules[0]: expected a mapping or a string, got int"),
     (lambda d: d.update(device="tpu"), "device: expected auto, cpu, cuda or cuda:N"),
     (lambda d: d["executor"].update(type="slurm"), "executor.type: expected one of"),
+    (lambda d: d["executor"].update(warm_up="everything"), "executor.warm_up: expected one of"),
     (lambda d: d["executor"].update(max_actors="4"), "executor.max_actors: expected an integer or null, got str"),
     (lambda d: d.pop("data"), "data: required key is missing"),
     (lambda d: d.update(model="examples.mlp.model"), "model: expected an import path"),
