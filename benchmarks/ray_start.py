@@ -1,0 +1,112 @@
+"""Where a local Ray's start and stop go, as RayExecutor starts and stops it (local single-node mode).
+
+    python benchmarks/ray_start.py --repeats 3 --out ray_start.md
+
+Each repeat, in a fresh process: RayExecutor(max_actors=1).open(), its actor waited for, then close(). It
+times the parts of ray.init that wait (the head processes, its API server's start, the wait for the node
+to register, the node's other processes) and, in close(), each of Ray's processes that ray.shutdown()
+stops (it sends SIGTERM and waits up to a second for each). Then the same once more with plain
+ray.shutdown(), without the executor killing Ray's autoscaler monitor first. These wrap Ray's own
+functions by name (ray 2.60): a Ray that renamed them shows fewer rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timed(owner, name: str, label, seconds: dict) -> None:
+    real = getattr(owner, name, None)
+    if real is None:
+        return
+
+    @functools.wraps(real)
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            key = label(args, kwargs) if callable(label) else label
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
+
+    setattr(owner, name, wrapper)
+
+
+def child(plain_shutdown: bool) -> dict:
+    import ray
+    from ray._private import node, services
+
+    from aitune_ray.cluster import RayExecutor, ray_executor
+
+    seconds: dict[str, float] = {}
+    _timed(node.Node, "start_head_processes", "ray.init: head processes (GCS, monitor, API server)", seconds)
+    _timed(node.Node, "start_api_server", "ray.init: of which the API server's start", seconds)
+    _timed(services, "get_node", "ray.init: waiting for the node to register", seconds)
+    _timed(node.Node, "start_ray_processes", "ray.init: the node's processes (raylet and others)", seconds)
+    _timed(node.Node, "_kill_process_impl", lambda args, kwargs: f"ray.shutdown: stopping {args[1]}", seconds)
+    if plain_shutdown:
+        ray_executor._stop_local_monitor = lambda: False
+    executor = RayExecutor(max_actors=1)
+    started = time.perf_counter()
+    executor.open()
+    seconds["RayExecutor.open()"] = time.perf_counter() - started
+    started = time.perf_counter()
+    ray.get(executor.pool.slots[0].ready_ref)
+    seconds["the actor up (after open)"] = time.perf_counter() - started
+    started = time.perf_counter()
+    executor.close()
+    seconds["RayExecutor.close()"] = time.perf_counter() - started
+    return seconds
+
+
+def run(plain_shutdown: bool) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, __file__, "--child"] + (["--plain-shutdown"] if plain_shutdown else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"a run failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plain-shutdown", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args.plain_shutdown)))
+        return 0
+    runs = {"the executor's close()": [run(False) for _ in range(args.repeats)],
+            "plain ray.shutdown()": [run(True) for _ in range(args.repeats)]}
+    keys = list(dict.fromkeys(k for rs in runs.values() for r in rs for k in r))
+    lines = [f"### A local Ray's start and stop ({args.repeats} fresh processes each; median s)", "",
+             "| part | " + " | ".join(runs) + " |", "|---" * (len(runs) + 1) + "|"]
+    for key in keys:
+        cells = []
+        for rs in runs.values():
+            values = [r[key] for r in rs if key in r]
+            cells.append(f"{statistics.median(values):.2f}" if values else "-")
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
