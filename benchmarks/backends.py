@@ -7,7 +7,9 @@
 Models: mlp, encoder (ViT-B-sized), bert (examples/bert: base on a GPU, tiny on a CPU) and pipeline
 (examples/pipeline: two modules, each tuned with the same backends).
 
-Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-ro (reduce-overhead: CUDA graphs), aot, onnx,
+Backends: jit, jit-max (max-autotune-no-cudagraphs), jit-max-static (the same with dynamic=False: each batch
+size compiled and autotuned on its own), jit-max-graphs (max-autotune, with CUDA graphs), jit-ro
+(reduce-overhead: CUDA graphs), aot, onnx,
 onnx-graphs (ONNX Runtime with CUDA graphs), onnx-opt (with its transformer optimizer), onnx-opt-graphs (both), ao-int8wo,
 ao-int8dq, ao-fp8wo, kernels (KernelSelectorBackend: attention kernel selection, then Inductor JIT).
 """
@@ -45,6 +47,10 @@ BACKENDS = {
     "jit": lambda: TorchInductorJitBackend(),
     "jit-max": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs")),
     "jit-ro": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
+    # max-autotune per recorded batch size (no dynamic recompile, which skips autotuning), and with CUDA graphs
+    "jit-max-static": lambda: TorchInductorJitBackend(
+        TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs", dynamic=False)),
+    "jit-max-graphs": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="max-autotune")),
     "aot": lambda: TorchInductorAotBackend(),
     "onnx": lambda: ONNXRuntimeBackend(),
     "onnx-graphs": lambda: ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_cuda_graphs=True)),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|ray1-heavy|ray-start|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -59,6 +59,15 @@ for part in $parts; do
         --log-dir "$out/actor-logs-long" \
         > "$out/ray1_long.log" 2>&1
       sed -n '1,75p' "$out/ray1_long.md" | grep -v "^| Torch\|^| Kernel" ;;
+    ray1-heavy)   # one GPU: the same encoder, with builds that autotune (max-autotune per batch size, and with
+      # CUDA graphs), Inductor default and KernelSelector: a job of minutes rather than half a minute
+      timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ${RUNS:-inline,ray:1} \
+        --run-timeout ${RUN_TIMEOUT:-285} --backends jit,jit-max-static,jit-max-graphs,kernels --out "$out/ray1_heavy.md" \
+        --log-dir "$out/actor-logs-heavy" > "$out/ray1_heavy.log" 2>&1
+      sed -n '1,75p' "$out/ray1_heavy.md" | grep -v "^| Torch\|^| Kernel" ;;
+    ray-start)   # the parts of a local Ray's start and stop, as the executor runs them (under a minute)
+      timeout 120 python benchmarks/ray_start.py --repeats 2 --out "$out/ray_start.md" > "$out/ray_start.log" 2>&1
+      echo "ray_start.py: exit $?"; tail -16 "$out/ray_start.log" ;;
     actor-start)   # a tuner actor's start by warm-up mode: fresh processes, the encoder's first two builds (about 3 minutes)
       timeout 300 python benchmarks/actor_start.py --modes compile,imports,off --repeats 2 --run-timeout 80 \
         --out "$out/actor_start.md" > "$out/actor_start.log" 2>&1

@@ -38,6 +38,7 @@ import aitune_ray.artifacts as artifacts
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
@@ -47,6 +48,7 @@ from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT, BuildR
 from aitune_ray.worker import WARM_UP_MODES, finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
+
 
 def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
     """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
@@ -68,23 +70,24 @@ class _RayHandle(RunHandle):
                 groups.setdefault(key, []).append(job)
         self._queue = collections.deque(job for job in jobs if plan_key_of(job.spec) is None)
         self._plans = [PlanRun(executor, context, group) for group in groups.values()]
-        self._tasks = TaskRunner(executor.pool)
+        self._runner: TaskRunner | None = None   # bound to the pool at first use (Ray may still be starting)
         self._cancelled = False
         for job in jobs:
             executor._emit(context, job, "queued", "running", {}, 0.0)
 
-    def start(self) -> None:
+    def start(self) -> bool:
         """Keep one actor for the eager baseline and start the first builds on the others now, so that
         they overlap the baseline (when kernel plans are pending, their profiling on the driver comes first,
         after the baseline: the builds wait; on one local GPU the driver then times eager and profiles
-        while that actor is still starting)."""
+        while that actor is still starting). Returns whether an actor was kept."""
         if not self._queue and not self._plans:
-            return
+            return False
         slot = self._ex.pool.acquire()
         if slot is None:
-            return
+            return False
         self._ex._baseline_slots[self._ctx.name] = slot
         self._dispatch()
+        return True
 
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
@@ -132,6 +135,12 @@ class _RayHandle(RunHandle):
             if not finished:   # Ctrl-C, an error in the consumer, or the consumer stopped early
                 self.cancel()
 
+    @property
+    def _tasks(self) -> TaskRunner:
+        if self._runner is None:
+            self._runner = TaskRunner(self._ex.pool)
+        return self._runner
+
     def cancel(self) -> None:
         if self._cancelled:
             return
@@ -149,7 +158,8 @@ class _RayHandle(RunHandle):
                 self._ex._emit(self._ctx, job, "done", CANCELLED, self._ex.driver(), time.monotonic() - plan.started,
                                task="profile")
         self._plans.clear()
-        for task in self._tasks.cancel("its work was cancelled"):   # kill first: a progress callback may raise
+        running = self._runner.cancel("its work was cancelled") if self._runner is not None else []
+        for task in running:   # killed first: a progress callback may raise
             self._ex._emit(self._ctx, task.payload, "done", CANCELLED, task.where, time.monotonic() - task.dispatched)
 
     # ----- internals ------------------------------------------------------------------------------
@@ -313,7 +323,10 @@ class RayExecutor(Executor):
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
         self.warm_up = warm_up
-        self.pool: ActorPool | None = None
+        self._pool: ActorPool | None = None
+        self._starting: Background | None = None   # a local Ray's start, under way on its own thread
+        self._local_gpus = 0                       # the GPUs a local Ray was started with
+        self.open_s: float | None = None       # seconds open() took to start or join Ray and create the actors
         self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
         self.puts = 0                   # ray.put calls made for modules and samples
         self.put_s = 0.0                # seconds those took
@@ -321,13 +334,42 @@ class RayExecutor(Executor):
         self._local = False             # this executor started Ray on this machine
         self._boxes: dict[str, tuple] = {}
         self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
+        self._driver_baseline: set[str] = set()   # modules whose eager baseline this driver times
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
         self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
+    @property
+    def pool(self) -> ActorPool | None:
+        """The actor pool, once open() made it (waiting for a start still under way)."""
+        self._wait_started()
+        return self._pool
+
+    def _wait_started(self) -> None:
+        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
+        if self._starting is not None:
+            self._starting.wait()
+
+    @pool.setter
+    def pool(self, value) -> None:
+        self._pool = value
+
     def open(self) -> None:
-        if self.pool is not None:
+        """Connect to Ray, or start it on this machine, and create the tuner actors. A Ray it starts here
+        starts on a thread of its own and open() returns at once: what needs the actors waits for them, while
+        the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
+        if self._pool is not None or self._starting is not None:
             return
+        if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
+            self._start()
+            return
+        # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
+        self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self._own_ray = self._local = True
+        self._starting = Background(self._start, "starting Ray on this machine")
+
+    def _start(self) -> None:
+        started = time.perf_counter()
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
             if address:
@@ -338,18 +380,30 @@ class RayExecutor(Executor):
                 logger.info("starting Ray on this machine (local single-node mode)")
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
                 # for the CPUs with the driver's recording and the tuner actors' own start.
-                ray.init(include_dashboard=False, log_to_driver=False,
+                ray.init(include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
                          _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
-                self._local = True
             self._own_ray = True
         resources = ray.cluster_resources()
-        gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
+        size, num_gpus = self._layout(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
+        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        self._own_log_dir = None if self.log_dir else log_dir
+        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
+                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
+                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
+                               warm_up=self.warm_up)
+        self.open_s = time.perf_counter() - started
+        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
+                    log_dir)
+
+    def _layout(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
+        """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
         if gpus > 0 and self.gpus_per_actor > 0:
             num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
             size = min(size, self.max_actors or size)
         else:
             num_gpus, size = 0, self.max_actors or 1
-            logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
+            if not quiet:
+                logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
         if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
             fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
             logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
@@ -357,22 +411,33 @@ class RayExecutor(Executor):
             size = fit
         if size < 1:
             raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
-        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
-        self._own_log_dir = None if self.log_dir else log_dir
-        self.pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
-                              max_restarts=self.max_actor_restarts, log_dir=log_dir,
-                              limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
-                              warm_up=self.warm_up)
-        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
-                    log_dir)
+        return size, num_gpus
+
+    def _actors(self) -> int:
+        """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
+        if self._pool is None and self._local and self._starting is not None and not self._starting.done():
+            return self._layout(self._local_gpus, None, quiet=True)[0]
+        return len(self.pool.slots) if self.pool is not None else 0
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-            _remove_work_folders(self.pool.log_dir, self._own_log_dir, keep_logs=self._failed)
-            self.pool = None
+        starting, self._starting = self._starting, None
+        if starting is not None:   # a start still under way is waited for, then undone
+            with contextlib.suppress(ClusterError):
+                starting.wait()
+        try:
+            self._stop()
+        finally:
+            if starting is not None:   # after the shutdown: Ray's processes go with the thread that started them
+                starting.release()
+
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            _remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
+            self._pool = None
         self._boxes.clear()
         self._baseline_slots.clear()
+        self._driver_baseline.clear()
         if self._own_ray and ray.is_initialized():
             started = time.perf_counter()
             if self._local:
@@ -387,9 +452,11 @@ class RayExecutor(Executor):
     def resolve_device(self, device) -> torch.device:
         """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
         has GPUs and the actors see CUDA (logical GPUs without CUDA, as in CPU tests, mean cpu). A cuda
-        index is dropped: each actor uses its own GPU."""
+        index is dropped: each actor uses its own GPU. On a Ray this executor is starting here, the answer
+        does not wait for it: that Ray has this process's GPUs."""
         self.open()
-        gpus = ray.cluster_resources().get("GPU", 0.0)
+        starting = self._local and self._pool is None
+        gpus = self._local_gpus if starting else ray.cluster_resources().get("GPU", 0.0)
         if device is None:
             if gpus > 0 and not self._actors_see_cuda():
                 logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
@@ -429,6 +496,7 @@ class RayExecutor(Executor):
         return "cuda" if torch.device(context.device).type == "cuda" else "cpu"
 
     def _put(self, value):
+        self._wait_started()   # ray.put before a local Ray is up would start a second one
         self.puts += 1
         started = time.perf_counter()
         try:
@@ -502,13 +570,13 @@ class RayExecutor(Executor):
         self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched, **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
-    def _driver_times(self, context: TuneContext, kept: Slot | None) -> bool:
-        """Whether this driver times eager itself: on a machine of one GPU where it started Ray, with the
-        module and its samples already on that GPU (no second copy of the weights), for a strategy that re-measures eager
-        beside its finalists before it decides (submit() kept the one actor idle for the baseline). Eager is
-        then timed while that actor is still starting, instead of after it: its start-up leaves the critical
-        path. On several GPUs the kept actor times it, while the others build."""
-        if kept is None or not self._local or self.pool is None or len(self.pool.slots) != 1:
+    def _driver_times(self, context: TuneContext) -> bool:
+        """Whether this driver may time eager itself: on a machine of one GPU where it started Ray, with the
+        module and its samples already on that GPU (no second copy of the weights), for a strategy that
+        re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
+        while the tuner actor is still starting, instead of after it: its start leaves the critical path.
+        On several GPUs one actor times it, while the others build."""
+        if not self._local or self._actors() != 1:
             return False
         if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
             return False
@@ -517,11 +585,12 @@ class RayExecutor(Executor):
         return all(t.device.type == "cuda" for t in tensors)
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        """Eager timed on one actor: the one submit() kept for it (the others build meanwhile), else any;
-        or on the driver (see _driver_times)."""
+        """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
+        any; or on the driver (see submit_early)."""
         kept = self._baseline_slots.pop(context.name, None)
-        slot = kept if kept is not None and kept.alive else self._slot()
-        on_driver = self._driver_times(context, kept)
+        on_driver = context.name in self._driver_baseline
+        self._driver_baseline.discard(context.name)
+        slot = None if on_driver else kept if kept is not None and kept.alive else self._slot()
         where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"} if on_driver \
             else slot.identity()
         started, status = time.monotonic(), ERROR
@@ -548,8 +617,14 @@ class RayExecutor(Executor):
         return _RayHandle(self, context, jobs)
 
     def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        """Builds that may start while eager is timed. On one local GPU the driver times eager itself, with
+        the one actor kept idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray)
+        is still starting, nothing can, and nothing waits for it."""
         handle = self.submit(context, jobs)
-        handle.start()
+        if not self._driver_times(context):
+            handle.start()
+        elif self._pool is None or handle.start():
+            self._driver_baseline.add(context.name)
         return handle
 
     def remeasure(self, context: TuneContext, results: list[BuildResult],

@@ -1,0 +1,114 @@
+"""A local Ray started by RayExecutor.open() on a thread of its own: open() returns at once, what needs the
+actors waits for them, a failed start is a ClusterError where it is needed, and close() undoes it all."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+import aitune_ray as ait  # noqa: E402
+from aitune_ray.cluster import RayExecutor  # noqa: E402
+from aitune_ray.errors import ClusterError  # noqa: E402
+from tests.ray_helpers import FastBackend, HelperConfig, SlowNet  # noqa: E402
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture
+def held_init(monkeypatch):
+    """ray.init waits until the test lets it go; yields (entered, go)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    entered, go = threading.Event(), threading.Event()
+    real = ray.init
+
+    def init(*args, **kwargs):
+        entered.set()
+        assert go.wait(60), "the test never let ray.init go on"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", init)
+    yield entered, go
+    go.set()
+
+
+def _threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "aitune-ray-start"]
+
+
+def test_open_returns_while_ray_starts_and_the_pool_waits_for_it(held_init):
+    entered, go = held_init
+    assert not ray.is_initialized()
+    executor = RayExecutor(max_actors=1)
+    try:
+        executor.open()
+        assert entered.wait(60) and not ray.is_initialized()   # open() returned; Ray is still starting
+        # The device is known without Ray: a local Ray has this process's GPUs (none here).
+        expected = "cuda" if torch.cuda.is_available() else "cpu"
+        assert executor.resolve_device(None) == torch.device(expected) and not ray.is_initialized()
+        go.set()
+        pool = executor.pool                                    # waits for the start
+        assert ray.is_initialized() and len(pool.slots) == 1 and executor.open_s > 0
+        info = ray.get(pool.slots[0].ready_ref, timeout=120)
+        assert info["pid"] != os.getpid()
+        # Ray's head processes outlive ray.init's return on the thread that started them
+        gcs = ray._private.worker._global_node.all_processes["gcs_server"]
+        assert all(p.process.poll() is None for p in gcs)
+    finally:
+        executor.close()
+    assert not ray.is_initialized() and not _threads()         # shut down, and its thread is gone
+
+
+def test_a_failed_start_is_raised_where_the_actors_are_needed_and_close_still_works(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no room for the object store")
+
+    monkeypatch.setattr(ray, "init", broken)
+    executor = RayExecutor(max_actors=1)
+    executor.open()
+    with pytest.raises(ClusterError, match="starting Ray on this machine failed: RuntimeError: no room"):
+        executor.pool  # noqa: B018
+    with pytest.raises(ClusterError, match="no room"):
+        executor.actor_stats()
+    executor.close()
+    assert not ray.is_initialized() and not _threads()
+
+
+def test_close_during_the_start_waits_for_it_then_shuts_ray_down(held_init):
+    entered, go = held_init
+    executor = RayExecutor(max_actors=1)
+    executor.open()
+    assert entered.wait(60)
+    closer = threading.Thread(target=executor.close)
+    closer.start()
+    go.set()
+    closer.join(120)
+    assert not closer.is_alive() and not ray.is_initialized() and not _threads()
+
+
+def test_tune_records_before_ray_is_up(held_init):
+    """tune() with a RayExecutor it opens: the recording (the user's own calls) runs while Ray starts."""
+    entered, go = held_init
+    calls = []
+
+    def forward(x):
+        calls.append(ray.is_initialized())
+        if len(calls) == 1:
+            assert entered.wait(60)
+            go.set()   # the recording ran with Ray still starting: now let it finish
+        return module(x)
+
+    module = ait.Module(SlowNet(), name="early", strategy=ait.OneBackendStrategy(FastBackend(HelperConfig())))
+    executor = RayExecutor(max_actors=1)
+    try:
+        report = ait.tune(forward, [torch.randn(4, 8)], device="cpu", executor=executor)
+    finally:
+        executor.close()
+    assert calls == [False]
+    assert report.modules[0].results[0].ok and not ray.is_initialized()
