@@ -62,7 +62,7 @@ for part in $parts; do
     ray1-heavy)   # one GPU: the same encoder, with builds that autotune (max-autotune per batch size, and with
       # CUDA graphs), Inductor default and KernelSelector: a job of minutes rather than half a minute
       timeout 590 python benchmarks/ray_vs_inline.py --model encoder --dtype float16 --runs ${RUNS:-inline,ray:1} \
-        --run-timeout ${RUN_TIMEOUT:-285} --backends jit,jit-max-static,jit-max-graphs,kernels --out "$out/ray1_heavy.md" \
+        --run-timeout ${RUN_TIMEOUT:-285} --backends ${BACKENDS:-jit,jit-max-static,jit-max-graphs,kernels} --out "$out/ray1_heavy.md" \
         --log-dir "$out/actor-logs-heavy" > "$out/ray1_heavy.log" 2>&1
       sed -n '1,75p' "$out/ray1_heavy.md" | grep -v "^| Torch\|^| Kernel" ;;
     ray-start)   # the parts of a local Ray's start and stop, as the executor runs them (under a minute)
