@@ -112,3 +112,49 @@ def test_tune_records_before_ray_is_up(held_init):
         executor.close()
     assert calls == [False]
     assert report.modules[0].results[0].ok and not ray.is_initialized()
+
+
+SIGTERM_SCRIPT = '''
+import os, signal, sys
+import ray
+from aitune_ray.cluster import RayExecutor
+
+executor = RayExecutor(max_actors=1)
+executor.open()
+executor.pool   # the start on its thread is done
+gcs = ray._private.worker._global_node.all_processes["gcs_server"][0].process.pid
+print("GCS", gcs, flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+signal.pause()
+'''
+
+
+def test_sigterm_to_a_driver_whose_ray_started_on_a_thread_exits_and_takes_ray_down(tmp_path):
+    """ray.init sets its SIGTERM handler (exit, then Ray's exit hook) only on the main thread; the executor
+    sets the same one when it starts Ray on a thread. The driver exits with 15 and Ray's GCS goes with it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=180)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("GCS ")), None)
+    assert line is not None, proc.stdout + proc.stderr[-2000:]
+    assert proc.returncode == signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
+    gcs = int(line.split()[1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:   # the GCS is killed as the driver's process ends; wait for that death
+        try:
+            os.kill(gcs, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{gcs}/stat").exists() and Path(f"/proc/{gcs}/stat").read_text().split()[2] == "Z":
+            break   # a zombie waiting for its reaper: already dead
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"Ray's GCS (pid {gcs}) outlived its driver")
