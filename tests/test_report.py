@@ -241,3 +241,23 @@ def test_a_job_without_a_report_path_writes_it_next_to_the_checkpoint(tmp_path):
     assert main(["tune", "-q", str(job)]) == 0
     assert sorted(p.name for p in tmp_path.glob("mlp*")) == ["mlp-throughput.png", "mlp-timeline.png", "mlp.ait",
                                                              "mlp.ait.run", "mlp.html", "mlp.json", "mlp.md"]
+
+
+def test_eager_that_moved_between_its_first_timing_and_the_re_measure_is_said():
+    """A host-bound eager call moves with the CPU it runs on; when it moved 1.2x or more within the tuning,
+    the report says so, with both figures, since a user's own timing may then differ as much."""
+    report = small_report()
+    first = report.baseline[2]
+    report.remeasured_baseline = {2: dict(first, median_ms=4.2)}
+    text = report.markdown()
+    assert report.eager_moved() == {2: (2.0, 4.2)}
+    assert ("Eager moved during this tuning (bs 2: 2 ms/call at its first timing, 4.2 in the re-measure (2.10x))"
+            in text)
+    from aitune_ray.report.document import blocks
+
+    run = {"report": {"modules": [report.to_dict()]}}
+    assert any(b[0] == "text" and b[1].startswith("Eager moved") for b in blocks(run))   # the HTML/MD files too
+    report.remeasured_baseline = {2: dict(first, median_ms=2.3)}   # 1.15x: within what clocks and noise move
+    assert report.eager_moved() == {} and "Eager moved" not in report.markdown()
+    report.remeasured_baseline = {}
+    assert "Eager moved" not in report.markdown()

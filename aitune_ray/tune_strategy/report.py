@@ -8,6 +8,12 @@ import math
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import BuildResult
 
+# Eager's ms/call moving by this factor between its first timing and the re-measure, within one tuning, is
+# said in the report: on a GPU, clocks move a GPU-bound call by a few percent; a call that moves this much is
+# bound by the host, whose speed changes with the CPU the process runs on (2x apart on an H200 machine's
+# CPUs, benchmarks/host_modes.py).
+EAGER_MOVED = 1.2
+
 
 @dataclasses.dataclass
 class ModuleReport:
@@ -105,8 +111,32 @@ class ModuleReport:
             note = "; ".join(t for t in (row["what"], row["note"] or row["error"]) if t)
             cells += [_num(row["build_s"]), note.replace("|", "/").replace("\n", " ")[:240]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        return (head + "\n".join(lines) + self._remeasured_text() + self._dispatch_text() + self._deploy_text()
-                + f"\n\nDecision: {self.decision}\n")
+        return (head + "\n".join(lines) + self._remeasured_text() + _paragraph(self.eager_moved_text()) + self._dispatch_text()
+                + self._deploy_text() + f"\n\nDecision: {self.decision}\n")
+
+    def eager_moved(self) -> dict[int, tuple[float, float]]:
+        """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
+        or more: bs -> (first, re-measured)."""
+        moved = {}
+        for bs in self.call_mix:
+            first, again = self.baseline.get(bs), self.remeasured_baseline.get(bs)
+            if not first or not again or min(first["median_ms"], again["median_ms"]) <= 0:
+                continue
+            a, b = first["median_ms"], again["median_ms"]
+            if max(a, b) / min(a, b) >= EAGER_MOVED:
+                moved[bs] = (a, b)
+        return moved
+
+    def eager_moved_text(self) -> str:
+        """The report's sentence on eager_moved(), or ""."""
+        moved = self.eager_moved()
+        if not moved:
+            return ""
+        sizes = "; ".join(f"bs {bs}: {a:.3g} ms/call at its first timing, {b:.3g} in the re-measure "
+                          f"({max(a, b) / min(a, b):.2f}x)" for bs, (a, b) in moved.items())
+        return (f"Eager moved during this tuning ({sizes}). A call whose speed moves this much is bound by "
+                "the host, and runs at the speed of the CPU it lands on: a timing in another process, a user's "
+                "own included, can differ by as much, and so can the speedups at that batch size.")
 
     def _dispatch_text(self) -> str:
         if not self.dispatch:
@@ -158,6 +188,10 @@ def describe_candidate(result: BuildResult) -> str:
     if plan is not None:
         parts.append(plan)
     return "; ".join(parts)
+
+
+def _paragraph(text: str) -> str:
+    return f"\n\n{text}" if text else ""
 
 
 def _latency(timing: Timing | None, which: str) -> float:
