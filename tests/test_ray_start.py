@@ -36,8 +36,9 @@ def held_init(monkeypatch):
     go.set()
 
 
-def _threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "aitune-ray-start"]
+def _start_thread(executor: RayExecutor) -> threading.Thread:
+    """The thread open() started Ray on (checked after close(): it must have ended)."""
+    return executor._starting._thread
 
 
 def test_open_returns_while_ray_starts_and_the_pool_waits_for_it(held_init):
@@ -46,6 +47,7 @@ def test_open_returns_while_ray_starts_and_the_pool_waits_for_it(held_init):
     executor = RayExecutor(max_actors=1)
     try:
         executor.open()
+        thread = _start_thread(executor)
         assert entered.wait(60) and not ray.is_initialized()   # open() returned; Ray is still starting
         # The device is known without Ray: a local Ray has this process's GPUs (none here).
         expected = "cuda" if torch.cuda.is_available() else "cpu"
@@ -60,7 +62,7 @@ def test_open_returns_while_ray_starts_and_the_pool_waits_for_it(held_init):
         assert all(p.process.poll() is None for p in gcs)
     finally:
         executor.close()
-    assert not ray.is_initialized() and not _threads()         # shut down, and its thread is gone
+    assert not ray.is_initialized() and not thread.is_alive()  # shut down, and its thread is gone
 
 
 def test_a_failed_start_is_raised_where_the_actors_are_needed_and_close_still_works(monkeypatch):
@@ -72,24 +74,26 @@ def test_a_failed_start_is_raised_where_the_actors_are_needed_and_close_still_wo
     monkeypatch.setattr(ray, "init", broken)
     executor = RayExecutor(max_actors=1)
     executor.open()
+    thread = _start_thread(executor)
     with pytest.raises(ClusterError, match="starting Ray on this machine failed: RuntimeError: no room"):
         executor.pool  # noqa: B018
     with pytest.raises(ClusterError, match="no room"):
         executor.actor_stats()
     executor.close()
-    assert not ray.is_initialized() and not _threads()
+    assert not ray.is_initialized() and not thread.is_alive()
 
 
 def test_close_during_the_start_waits_for_it_then_shuts_ray_down(held_init):
     entered, go = held_init
     executor = RayExecutor(max_actors=1)
     executor.open()
+    thread = _start_thread(executor)
     assert entered.wait(60)
     closer = threading.Thread(target=executor.close)
     closer.start()
     go.set()
     closer.join(120)
-    assert not closer.is_alive() and not ray.is_initialized() and not _threads()
+    assert not closer.is_alive() and not ray.is_initialized() and not thread.is_alive()
 
 
 def test_tune_records_before_ray_is_up(held_init):
