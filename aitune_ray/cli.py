@@ -346,7 +346,7 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
     import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
     from aitune_ray.module import find_modules
-    from aitune_ray.tune_strategy.deploy import check_deployed
+    from aitune_ray.tune_strategy.deploy import check_deployed, deployed_reason
     from aitune_ray.tune_strategy.performance_validation import LOSS
 
     fresh, _ = wrap_modules(job.make_model(), job.module_specs())
@@ -370,8 +370,8 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
             say(f"warning: post-deploy check of {original.name} failed: {type(exc).__name__}: {exc}", error=True)
             continue
         results[original.name] = {"backend": loaded.backend.name, "verdict": outcome.verdict,
-                                  "reason": outcome.reason}
-        say(f"post-deploy check of {original.name} as loaded: {outcome.reason}")
+                                  "reason": deployed_reason(outcome)}
+        say(f"post-deploy check of {original.name} as loaded: {results[original.name]['reason']}")
         if outcome.verdict == LOSS:
             say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
             original.use_backend(None)

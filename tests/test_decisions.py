@@ -226,3 +226,20 @@ def test_the_post_deploy_check_keeps_eager_when_nothing_else_passed():
     report = module.tune(device="cpu", executor=RestoringExecutor(remeasure_rounds=20))
     assert report.chosen is None and module.state == ait.ModuleState.EAGER
     assert report.deploy_checks[0]["fell_back_to"] == "eager"
+
+
+def test_an_undecided_post_deploy_check_says_the_deployment_stays_not_that_eager_is_kept():
+    """After deployment only a loss beyond noise changes anything: an inconclusive interval keeps the deployed
+    backend, and its words must say so (the rule's own words, "inconclusive, eager kept", describe a choice
+    among candidates)."""
+    from aitune_ray.tune_strategy.deploy import HOLDS, deployed_reason
+
+    rng = random.Random(21)
+    eager = {8: [8 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]}
+    deployed = {8: [8 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]}
+    outcome = judge(eager, deployed, {8: 1}, paired=True, **RULE)
+    assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("inconclusive, eager kept")
+    words = deployed_reason(outcome)
+    assert words.startswith(f"{HOLDS}, not slower than eager beyond noise: ") and "eager kept" not in words
+    slower = judge(eager, {8: [v * 1.5 for v in eager[8]]}, {8: 1}, paired=True, **RULE)
+    assert slower.verdict == LOSS and deployed_reason(slower) == slower.reason

@@ -17,7 +17,15 @@ from aitune_ray.backend.backend import Backend, class_path
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
 from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
 from aitune_ray.results import BuildResult
-from aitune_ray.tune_strategy.performance_validation import LOSS, GateOutcome, judge, series
+from aitune_ray.tune_strategy.performance_validation import (
+    INCONCLUSIVE,
+    LOSS,
+    NOT_SHOWN,
+    WIN,
+    GateOutcome,
+    judge,
+    series,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +60,16 @@ def skip_reason(backend: Backend | None) -> str:
     return ""
 
 
+def deployed_reason(outcome: GateOutcome) -> str:
+    """The post-deploy check's words for outcome. The decision rule words an undecided interval for a choice
+    among candidates ("inconclusive, eager kept", "not shown faster"); after deployment only a loss beyond
+    noise changes anything, so there the deployed backend stays and the words say that."""
+    if outcome.verdict in (WIN, LOSS):
+        return outcome.reason
+    detail = outcome.reason.split(": ", 1)[-1] if outcome.verdict in (INCONCLUSIVE, NOT_SHOWN) else outcome.reason
+    return f"{HOLDS}, not slower than eager beyond noise: {detail}"
+
+
 def check_deployed(module, eager, samples, device, strategy, rounds: int,
                    config: MeasureConfig | None = None) -> GateOutcome:
     """Paired rounds of the wrapped module (as deployed) against eager; the outcome of the decision rule."""
@@ -80,11 +98,11 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         # only a loss beyond noise counts here: an undecided interval still means the deployment holds
         entry = {"key": result.key, "backend": result.backend,
                  "verdict": outcome.verdict if outcome.verdict == LOSS else HOLDS, "rule": outcome.verdict,
-                 "reason": outcome.reason, "speedup": outcome.mix_speedup,
+                 "reason": deployed_reason(outcome), "speedup": outcome.mix_speedup,
                  "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
         report.deploy_checks.append(entry)
         if outcome.verdict != LOSS:
-            logger.info("[%s] post-deploy check of %s: %s", context.name, result.backend, outcome.reason)
+            logger.info("[%s] post-deploy check of %s: %s", context.name, result.backend, entry["reason"])
             return
         following = _next_candidate(report, tried)
         entry["fell_back_to"] = following.backend if following is not None else "eager"
