@@ -346,6 +346,7 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
     import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
     from aitune_ray.module import find_modules
+    from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
     from aitune_ray.tune_strategy.deploy import check_deployed, deployed_reason
     from aitune_ray.tune_strategy.performance_validation import LOSS
 
@@ -371,7 +372,10 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
             continue
         results[original.name] = {"backend": loaded.backend.name, "verdict": outcome.verdict,
                                   "reason": deployed_reason(outcome)}
-        say(f"post-deploy check of {original.name} as loaded: {results[original.name]['reason']}")
+        if cupti_attached():
+            results[original.name]["note"] = CUPTI_NOTE
+        say(f"post-deploy check of {original.name} as loaded: {results[original.name]['reason']}"
+            + (f" ({CUPTI_NOTE})" if cupti_attached() else ""))
         if outcome.verdict == LOSS:
             say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
             original.use_backend(None)

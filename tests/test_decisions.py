@@ -243,3 +243,27 @@ def test_an_undecided_post_deploy_check_says_the_deployment_stays_not_that_eager
     assert words.startswith(f"{HOLDS}, not slower than eager beyond noise: ") and "eager kept" not in words
     slower = judge(eager, {8: [v * 1.5 for v in eager[8]]}, {8: 1}, paired=True, **RULE)
     assert slower.verdict == LOSS and deployed_reason(slower) == slower.reason
+
+
+def test_a_cuda_profile_that_left_cupti_attached_is_said_beside_later_post_deploy_checks(monkeypatch):
+    """CUPTI left attached makes every later launch in the process cost more; the kernel profiler notes when
+    its CUDA trace left it so (a Ray driver), and a post-deploy check timed afterwards says it."""
+    from aitune_ray.kernel_forge import profiler
+    from aitune_ray.measure import conditions
+
+    monkeypatch.setattr(conditions, "_cupti_attached", False)
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    with profiler._cupti_released(teardown=True, cuda=True):
+        pass
+    with profiler._cupti_released(teardown=False, cuda=False):   # a CPU trace attaches no CUPTI
+        pass
+    clean = recorded(ait.OneBackendStrategy(sim("quick", ms=1.0), measure_config=SIM_MEASURE), ms=2.0)
+    report = clean.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=20))
+    assert not conditions.cupti_attached() and "note" not in report.deploy_checks[-1]
+    with profiler._cupti_released(teardown=False, cuda=True):     # as on a Ray driver
+        pass
+    assert conditions.cupti_attached()
+    module = recorded(ait.OneBackendStrategy(sim("quick", ms=1.0), measure_config=SIM_MEASURE), ms=2.0)
+    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=20))
+    assert report.deploy_checks[-1]["note"] == conditions.CUPTI_NOTE
+    assert "CUPTI attached" in report.markdown()

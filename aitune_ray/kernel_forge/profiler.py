@@ -12,7 +12,8 @@ attached to the process after the trace, and every later kernel launch costs mor
 144455). Timing done after profiling, in the same process, would then hold that cost against whatever
 was measured second. A process that runs Ray's driver is the exception (profile(teardown_cupti=False),
 which the Ray runner asks for): there Kineto's teardown makes the process hang at exit, after its work
-(benchmarks/exit_check.py).
+(benchmarks/exit_check.py). Such a trace is noted (aitune_ray.measure.conditions), and the post-deploy
+checks timed later in that process say so.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from aitune_ray.measure.conditions import mark_cupti_attached
 from aitune_ray.kernel_forge.function_samples import FunctionData, keep_sample, sample_key, tensor_bytes
 from aitune_ray.samples import tensors_of
 
@@ -112,11 +114,14 @@ def _prime_cuda_profiler(teardown: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def _cupti_released(teardown: bool = True) -> Iterator[None]:
+def _cupti_released(teardown: bool = True, cuda: bool = True) -> Iterator[None]:
     """TEARDOWN_CUPTI=1 while the profiler runs and stops (Kineto reads it then), unless already set or
-    teardown is False."""
+    teardown is False. A CUDA trace (cuda) that leaves CUPTI attached is noted (measure.conditions)."""
     if not teardown or "TEARDOWN_CUPTI" in os.environ:   # the caller's choice (torch sets "0" for CUDA graphs)
+        stays = cuda and (not teardown or os.environ.get("TEARDOWN_CUPTI") != "1")
         yield
+        if stays:
+            mark_cupti_attached()
         return
     os.environ["TEARDOWN_CUPTI"] = "1"
     try:
@@ -203,7 +208,7 @@ class ModuleFunctionKernelProfiler:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         handles = self._hook_modules(named)
         try:
-            with _cupti_released(teardown), profile(activities=activities) as prof, torch.no_grad():
+            with _cupti_released(teardown, cuda), profile(activities=activities) as prof, torch.no_grad():
                 with _Recorder(self):
                     _run(function, data)
                 if cuda:

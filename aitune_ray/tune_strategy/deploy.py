@@ -15,6 +15,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend, class_path
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
+from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
 from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
 from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.performance_validation import (
@@ -100,6 +101,8 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
                  "verdict": outcome.verdict if outcome.verdict == LOSS else HOLDS, "rule": outcome.verdict,
                  "reason": deployed_reason(outcome), "speedup": outcome.mix_speedup,
                  "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
+        if cupti_attached():
+            entry["note"] = CUPTI_NOTE
         report.deploy_checks.append(entry)
         if outcome.verdict != LOSS:
             logger.info("[%s] post-deploy check of %s: %s", context.name, result.backend, entry["reason"])

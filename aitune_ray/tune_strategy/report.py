@@ -154,6 +154,8 @@ class ModuleReport:
             text = f"{check['backend']}: {check.get('reason') or check['verdict']}"
             if check.get("fell_back_to"):
                 text += f" -> fell back to {check['fell_back_to']}"
+            if check.get("note"):
+                text += f" ({check['note']})"
             parts.append(text)
         return "\n\nPost-deploy check (the wrapped Module, as deployed, against eager): " + "; ".join(parts)
 
