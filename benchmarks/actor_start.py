@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from publish import publish  # noqa: E402
+
 
 def child(mode: str, backends: list[str], out: str) -> None:
     """One fresh process: imports, warm-up, two builds; writes the seconds of each as JSON."""
@@ -138,10 +140,7 @@ def main() -> int:
             runs.append(run_child(mode, args))
     text = (f"### Actor start by warm-up mode ({args.repeats} round(s), fresh caches each)\n\n"
             + table(runs, modes))
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    publish(text, args.out, runs)
     return 0
 
 

@@ -17,7 +17,6 @@ ao-int8dq, ao-fp8wo, kernels (KernelSelectorBackend: attention kernel selection,
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
@@ -41,6 +41,7 @@ from aitune_ray.backend import (  # noqa: E402
 )
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.samples import map_structure  # noqa: E402
+from publish import publish  # noqa: E402
 
 MODELS = ["mlp", "encoder", "bert", "pipeline"]
 BACKENDS = {
@@ -141,10 +142,7 @@ def main() -> int:
     report = ait.tune(root, data, device=device, executor=executor)
     wall = time.perf_counter() - started
     text = report.markdown() + f"\nTuning wall time: {wall:.1f} s ({args.executor}, {device}, {dtype})\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(report.to_dict(), indent=1, default=str))
+    publish(text, args.out, report.to_dict())
     return 0
 
 

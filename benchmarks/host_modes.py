@@ -19,7 +19,6 @@ Per phase: the median, lowest and highest ms per call over the bursts, and the C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from backends import make_model  # noqa: E402
+from publish import publish  # noqa: E402
 
 
 def current_cpu() -> int:
@@ -100,12 +100,8 @@ def main() -> int:
     for name, (times, cpus) in phases.items():
         lines.append(f"| {name} | {statistics.median(times):.2f} | {min(times):.2f} | {max(times):.2f} | "
                      f"{', '.join(str(c) for c in sorted(cpus))} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(
-            {name: {"ms": times, "cpus": sorted(cpus)} for name, (times, cpus) in phases.items()}, indent=1))
+    publish("\n".join(lines), args.out,
+            {name: {"ms": times, "cpus": sorted(cpus)} for name, (times, cpus) in phases.items()})
     return 0
 
 

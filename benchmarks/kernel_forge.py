@@ -23,7 +23,6 @@ tens of microseconds, a single call's latency is mostly launch and synchronizati
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -35,6 +34,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend,  # noqa: E402
@@ -44,6 +44,7 @@ from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSamp
                                      benchmark_provider)
 from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig, measure_interleaved  # noqa: E402
+from publish import publish  # noqa: E402
 
 SDPA = "scaled_dot_product_attention"
 GPU_SHAPES = ["2,8,256,64", "8,16,1024,64", "4,32,4096,128", "1,24,16384,128", "4,32,4096,128,causal"]
@@ -228,11 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_shape(text, device, dtype, executor, args.delegate))
     header = (f"### Kernel selection on SDPA: {where}, {str(dtype).replace('torch.', '')}, torch {torch.__version__}, "
               f"{args.executor} executor, {args.delegate} delegate")
-    text = table(rows, header)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str))
+    publish(table(rows, header), args.out, rows)
     return 0
 
 

@@ -32,8 +32,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
 
 from aitune_ray.backend import Backend, BackendConfig  # noqa: E402
+from publish import publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,13 +163,7 @@ def main() -> int:
                          if base["peak_device_mb"] else
                          f"| {run} | {r['candidates']} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} "
                          f"| - | - | {r['wall_s']:.1f} | {r['chosen']} |")
-    table = "\n".join(lines)
-    print(table)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(table + "\n")
-        out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
+    publish("\n".join(lines), args.out, rows)
     return 0
 
 

@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from publish import publish  # noqa: E402
 
 
 def _timed(owner, name: str, label, seconds: dict) -> None:
@@ -103,11 +106,7 @@ def main() -> int:
             values = [r[key] for r in rs if key in r]
             cells.append(f"{statistics.median(values):.2f}" if values else "-")
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(runs, indent=1))
+    publish("\n".join(lines), args.out, runs)
     return 0
 
 
