@@ -374,8 +374,9 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
                                   "reason": deployed_reason(outcome)}
         if cupti_attached():
             results[original.name]["note"] = CUPTI_NOTE
+        note = results[original.name].get("note")
         say(f"post-deploy check of {original.name} as loaded: {results[original.name]['reason']}"
-            + (f" ({CUPTI_NOTE})" if cupti_attached() else ""))
+            + (f" ({note})" if note else ""))
         if outcome.verdict == LOSS:
             say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
             original.use_backend(None)

@@ -241,6 +241,9 @@ def test_an_undecided_post_deploy_check_says_the_deployment_stays_not_that_eager
     assert outcome.verdict == INCONCLUSIVE and outcome.reason.startswith("inconclusive, eager kept")
     words = deployed_reason(outcome)
     assert words.startswith(f"{HOLDS}, not slower than eager beyond noise: ") and "eager kept" not in words
+    # the figures are kept: the rule's reason less its verdict's words
+    assert outcome.reason == f"{INCONCLUSIVE}: {outcome.detail}" and words.endswith(outcome.detail)
+    assert "over the recorded mix, 20 paired rounds" in outcome.detail
     slower = judge(eager, {8: [v * 1.5 for v in eager[8]]}, {8: 1}, paired=True, **RULE)
     assert slower.verdict == LOSS and deployed_reason(slower) == slower.reason
 

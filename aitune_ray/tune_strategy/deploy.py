@@ -18,15 +18,7 @@ from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatc
 from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
 from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
 from aitune_ray.results import BuildResult
-from aitune_ray.tune_strategy.performance_validation import (
-    INCONCLUSIVE,
-    LOSS,
-    NOT_SHOWN,
-    WIN,
-    GateOutcome,
-    judge,
-    series,
-)
+from aitune_ray.tune_strategy.performance_validation import LOSS, WIN, GateOutcome, judge, series
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +59,7 @@ def deployed_reason(outcome: GateOutcome) -> str:
     noise changes anything, so there the deployed backend stays and the words say that."""
     if outcome.verdict in (WIN, LOSS):
         return outcome.reason
-    detail = outcome.reason.split(": ", 1)[-1] if outcome.verdict in (INCONCLUSIVE, NOT_SHOWN) else outcome.reason
-    return f"{HOLDS}, not slower than eager beyond noise: {detail}"
+    return f"{HOLDS}, not slower than eager beyond noise: {outcome.detail or outcome.reason}"
 
 
 def check_deployed(module, eager, samples, device, strategy, rounds: int,

@@ -38,6 +38,7 @@ class GateOutcome:
     decided: bool = True                # False: more rounds may decide (only before the last look)
     interval: Interval | None = None    # over the recorded mix
     intervals: dict[int, Interval] = dataclasses.field(default_factory=dict)
+    detail: str = ""                    # the reason without the verdict's own words: the figures and why
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -65,8 +66,9 @@ def judge(eager: dict[int, list[float]], candidate: dict[int, list[float]], mix:
     speedups = {bs: i.median for bs, i in intervals.items()}
     kind = "paired rounds" if paired else "unpaired bursts"
 
-    def outcome(passed, verdict, reason, decided=True):
-        return GateOutcome(passed, overall.median, speedups, reason, verdict, decided, overall, intervals)
+    def outcome(passed, verdict, reason, decided=True, words=""):
+        detail = reason[len(words):] if words else reason
+        return GateOutcome(passed, overall.median, speedups, reason, verdict, decided, overall, intervals, detail)
 
     if not enabled:
         return outcome(True, OFF, "performance validation off")
@@ -89,10 +91,11 @@ def judge(eager: dict[int, list[float]], candidate: dict[int, list[float]], mix:
         return outcome(False, UNDECIDED, f"{where}: the interval includes {gate:.3f}x", decided=False)
     spread = max(overall.spread, max((i.spread for i in intervals.values()), default=0.0))
     if spread > max_spread:
-        return outcome(False, INCONCLUSIVE, f"inconclusive, eager kept: {where}, the interval includes "
-                                            f"{gate:.3f}x and the per-round spread (IQR/median {spread:.0%}) "
-                                            f"is over {max_spread:.0%}")
-    return outcome(False, NOT_SHOWN, f"not shown faster: {where}, the interval includes {gate:.3f}x")
+        words = f"{INCONCLUSIVE}: "
+        return outcome(False, INCONCLUSIVE, f"{words}{where}, the interval includes {gate:.3f}x and the per-round "
+                                            f"spread (IQR/median {spread:.0%}) is over {max_spread:.0%}", words=words)
+    words = f"{NOT_SHOWN}: "
+    return outcome(False, NOT_SHOWN, f"{words}{where}, the interval includes {gate:.3f}x", words=words)
 
 
 def series(timings: dict[int, Timing] | dict[int, dict], mix: dict[int, int]) -> dict[int, list[float]]:
