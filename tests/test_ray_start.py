@@ -14,9 +14,11 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
 from aitune_ray.errors import ClusterError  # noqa: E402
+from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
 
 
 @pytest.fixture
@@ -118,6 +120,31 @@ def test_tune_records_before_ray_is_up(held_init):
     assert report.modules[0].results[0].ok and not ray.is_initialized()
 
 
+
+def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, monkeypatch):
+    """On one local GPU (RayExecutor._driver_times, which needs CUDA: granted here) MaxThroughput's eager
+    baseline is timed on the driver without waiting for Ray: here Ray cannot finish starting until that
+    baseline is done (a baseline that waited for the actors would leave ray.init held, and the start fails)."""
+    entered, go = held_init
+    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)
+    seen = []
+
+    def progress(event):
+        if event.get("task") == "baseline" and event.get("event") == "done":
+            seen.append((str(event.get("gpu")), event.get("status"), ray.is_initialized()))
+            go.set()
+
+    strategy = ait.MaxThroughputStrategy([FastBackend(HelperConfig())], measure_config=MEASURE)
+    module = ait.Module(SlowNet(), name="early_eager", strategy=strategy)
+    executor = RayExecutor(max_actors=1, progress=progress)
+    try:
+        report = ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor)
+    finally:
+        executor.close()
+    (where, status, ray_up), = seen
+    assert where.startswith("driver") and status == "ok" and not ray_up
+    assert report.modules[0].results[0].ok    # the build then ran on the actor, once Ray was up
+
 SIGTERM_SCRIPT = '''
 import os, signal, sys
 import ray
@@ -127,7 +154,8 @@ executor = RayExecutor(max_actors=1)
 executor.open()
 executor.pool   # the start on its thread is done
 gcs = ray._private.worker._global_node.all_processes["gcs_server"][0].process.pid
-print("GCS", gcs, flush=True)
+started = open(f"/proc/{gcs}/stat").read().rsplit(")", 1)[1].split()[19]   # its start time, against pid reuse
+print("GCS", gcs, started, flush=True)
 os.kill(os.getpid(), signal.SIGTERM)
 signal.pause()
 '''
@@ -150,15 +178,19 @@ def test_sigterm_to_a_driver_whose_ray_started_on_a_thread_exits_and_takes_ray_d
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("GCS ")), None)
     assert line is not None, proc.stdout + proc.stderr[-2000:]
     assert proc.returncode == signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
-    gcs = int(line.split()[1])
+    gcs, started = int(line.split()[1]), line.split()[2]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:   # the GCS is killed as the driver's process ends; wait for that death
-        try:
-            os.kill(gcs, 0)
-        except ProcessLookupError:
-            break
-        if Path(f"/proc/{gcs}/stat").exists() and Path(f"/proc/{gcs}/stat").read_text().split()[2] == "Z":
-            break   # a zombie waiting for its reaper: already dead
+    while _running(gcs, started):   # the GCS is killed as the driver's process ends; wait for that death
+        assert time.monotonic() < deadline, f"Ray's GCS (pid {gcs}) outlived its driver"
         time.sleep(0.1)
-    else:
-        raise AssertionError(f"Ray's GCS (pid {gcs}) outlived its driver")
+
+
+def _running(pid: int, started: str) -> bool:
+    """Whether the process pid that started at started (/proc's clock ticks) still runs (a zombie does not)."""
+    from pathlib import Path
+
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return fields[19] == started and fields[0] != "Z"
