@@ -30,12 +30,19 @@ class _NoSigtermWarning(logging.Filter):
         return "SIGTERM handler is not set" not in record.getMessage()
 
 
-def _exit_on_sigterm() -> None:
-    """What ray.init() does on the main thread: SIGTERM exits, and Ray's exit hook shuts it down."""
+def _exit(signum, frame) -> None:
+    sys.exit(signum)
+
+
+def _exit_on_sigterm() -> bool:
+    """What ray.init() does on the main thread: SIGTERM exits, and Ray's exit hook shuts it down. Returns
+    whether it set that handler (not on another thread, nor over the program's own)."""
     if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        return False
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None, _exit):
+        signal.signal(signal.SIGTERM, _exit)
+        return True
+    return False
 
 
 class Background:
@@ -47,7 +54,8 @@ class Background:
         self.error: BaseException | None = None
         self._start = start
         self._started, self._released = threading.Event(), threading.Event()
-        _exit_on_sigterm()
+        self._sigterm = _exit_on_sigterm()
+        self._rearmed = False
         self._thread = threading.Thread(target=self._run, name="aitune-ray-start", daemon=True)
         self._thread.start()
 
@@ -69,6 +77,10 @@ class Background:
 
     def wait(self) -> None:
         self._started.wait()
+        if self._sigterm and not self._rearmed:
+            # Ray's core worker, started on the thread, may have put its own SIGTERM handler (which aborts)
+            # in place of this one: set it again, once, from the main thread
+            self._rearmed = _exit_on_sigterm()
         if self.error is not None:
             raise ClusterError(f"{self.what} failed: {type(self.error).__name__}: {self.error}") from self.error
 
