@@ -23,8 +23,8 @@ import torch
 from actors.setup import compile_share, describe, open_log, process_started_at
 from aitune_ray.failures import pack_exception
 from aitune_ray.results import CandidateJob
+from aitune_ray.warm_up import WarmUp
 from aitune_ray.worker import Worker, device_for
-from aitune_ray.worker import warm_up as warm_up_process
 
 logger = logging.getLogger(__name__)
 IMPORTED_AT = time.time()   # and ended (torch and the worker core imported)
@@ -55,20 +55,24 @@ class TunerActor:
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self.worker = Worker(workdir, self._identity, log_path)
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
-        if torch.cuda.is_available():
-            share = compile_share(self._identity["node_id"])
-            self._identity["warm_up_began_at"] = time.time()
-            self._identity["warm_up"] = warm_up_process(share, warm_up)
+        self._warm = None
+        if torch.cuda.is_available():   # on a thread of its own; the first task stops it (_ready)
+            self._warm = WarmUp(compile_share(self._identity["node_id"]), warm_up)
+            self._warm.start()
         self._identity["threads"] = torch.get_num_threads()
-        self._identity["ready_at"] = time.time()   # wall clock: up and warmed (benchmarks read it)
+        self._identity["ready_at"] = time.time()   # wall clock: up, its warm-up under way (benchmarks read it)
 
     def __repr__(self) -> str:   # Ray's dashboard and log prefixes show this name
         ids = ",".join(self._identity.get("gpu_ids") or []) if hasattr(self, "_identity") else ""
         where = f"gpu{ids}" if ids else f"cpu{self.slot}"
         return f"tuner {where}@{socket.gethostname()}"
 
-    def identity(self) -> dict:
-        return dict(self._identity)
+    def identity(self) -> dict:   # where this actor runs, when it started, and its warm-up so far
+        return {**self._identity, **(self._warm.stamps() if self._warm else {})}
+
+    def _ready(self) -> None:   # before a task: the warm-up ends after its step under way
+        if self._warm is not None:
+            self._warm.stop()
 
     def cleanup(self) -> None:
         """Remove this actor's work folder (called before the pool shuts it down)."""
@@ -78,6 +82,7 @@ class TunerActor:
         return {**self.worker.stats(), "slot": self.slot}
 
     def _load(self, name: str, box: list, intent: str) -> None:
+        self._ready()
         device = device_for(intent)
         if intent == "cuda" and device.type == "cpu":
             logger.warning("the driver asked for cuda but this worker has no CUDA device: using the CPU")
@@ -113,5 +118,6 @@ class TunerActor:
     def forge(self, task: str, box: list, intent: str, *args: Any) -> dict:
         """A kernel-forge task (benchmark, generate, original, interleaved; see aitune_ray.kernel_forge.tasks)
         on the function data in box ([ObjectRef] of one function's CPU FunctionData)."""
+        self._ready()
         data = (_token(box), lambda: _fetch(box)[0])
         return getattr(self.worker.forge, task)(data, device_for(intent), *args)

@@ -244,7 +244,7 @@ def _check_job(job: Job) -> None:
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {job.device!r}")
     if job.executor.type not in EXECUTORS:
         raise ConfigError(f"executor.type: expected one of {list(EXECUTORS)}, got {job.executor.type!r}")
-    from aitune_ray.worker import WARM_UP_MODES
+    from aitune_ray.warm_up import WARM_UP_MODES
 
     if job.executor.warm_up not in WARM_UP_MODES:
         raise ConfigError(f"executor.warm_up: expected one of {list(WARM_UP_MODES)}, got {job.executor.warm_up!r}")

@@ -12,14 +12,11 @@ built elsewhere, is restored for re-measurement from its spec, exported state an
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import os
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,64 +69,6 @@ def expose_main_globals(module: torch.nn.Module) -> list[str]:
         logger.info("classes from the driver's __main__: their globals %s are now visible in this process's "
                     "__main__ (for Dynamo)", sorted(added))
     return added
-
-
-WARM_UP_MODES = ("compile", "imports", "off")
-
-
-def warm_up(compile_threads: int, mode: str = "compile") -> dict:
-    """Pay the one-time costs of this process before its first task and give it compile_threads CPU threads.
-    Returns each part's seconds.
-
-    mode "compile": start Inductor's compile workers, make the CUDA context, compile and run a small
-    function (Dynamo, Inductor and Triton's first use), import TorchAO. "imports": the same without that
-    compile: the workers start in the background and the compiler's modules are imported, so the first
-    build compiles its own graph first. "off": only the thread counts."""
-    seconds: dict[str, float] = {}
-    started = time.perf_counter()
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = compile_threads
-    torch.set_num_threads(compile_threads)
-    seconds["inductor_config_import_s"] = time.perf_counter() - started
-    try:
-        if mode != "off":
-            mark = time.perf_counter()
-            from torch._inductor.async_compile import maybe_warm_pool
-
-            maybe_warm_pool()   # in the background: the compile workers start while the rest goes on
-            seconds["compile_pool_start_s"] = time.perf_counter() - mark
-            mark = time.perf_counter()
-            torch.zeros(1, device="cuda")
-            torch.cuda.synchronize()
-            seconds["cuda_context_s"] = time.perf_counter() - mark
-        if mode == "imports":
-            mark = time.perf_counter()
-            importlib.import_module("torch._inductor.compile_fx")
-            if importlib.util.find_spec("triton") is not None:
-                from triton.runtime import driver
-
-                driver.active.utils   # noqa: B018 - Triton builds its launcher utilities on first use
-            seconds["compiler_import_s"] = time.perf_counter() - mark
-        elif mode == "compile":
-            mark = time.perf_counter()
-            compiled = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2.0 + 1.0)
-            compiled(torch.randn(64, 64, device="cuda"))
-            torch.cuda.synchronize()
-            seconds["first_compile_s"] = time.perf_counter() - mark
-        if mode != "off":
-            mark = time.perf_counter()
-            if importlib.util.find_spec("torchao") is not None:
-                importlib.import_module("torchao.quantization")
-            seconds["torchao_import_s"] = time.perf_counter() - mark
-    except Exception as exc:  # a warm-up failure is only a lost head start
-        logger.warning("warm-up failed: %s", exc)
-    seconds["warm_up_s"] = time.perf_counter() - started
-    seconds["compile_threads"], seconds["torch_threads"] = inductor_config.compile_threads, torch.get_num_threads()
-    logger.info("warm-up (%s) took %.1f s (compile threads %d): %s", mode, seconds["warm_up_s"], compile_threads,
-                seconds)
-    seconds["mode"] = mode
-    return seconds
 
 
 class Worker:

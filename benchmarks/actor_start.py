@@ -3,7 +3,7 @@
     python benchmarks/actor_start.py --modes compile,imports,off --repeats 2 --out actor_start.md
 
 Each measurement is a fresh process with empty Inductor and Triton caches, as a new actor is. It imports
-what actors/tuner.py imports, warms up in one mode (aitune_ray.worker.warm_up), then builds the ViT-B-sized
+what actors/tuner.py imports, warms up in one mode (aitune_ray.warm_up), then builds the ViT-B-sized
 fp16 encoder of benchmarks/backends.py with the first two backends of --backends, as an actor's Worker
 does. The table shows, per mode, the warm-up and each build, and their sum: the time from the actor's
 imports to its second build's end, which is what the warm-up mode changes on one GPU, where the builds
@@ -38,7 +38,8 @@ def child(mode: str, backends: list[str], out: str) -> None:
     import torch
 
     import actors.tuner  # noqa: F401 - what an actor's class import costs
-    from aitune_ray.worker import Worker, warm_up
+    from aitune_ray.warm_up import warm_up
+    from aitune_ray.worker import Worker
     imported = time.perf_counter()
 
     import aitune_ray as ait

@@ -18,7 +18,7 @@ and the others still count.
 Reports: each candidate's time inline (build + check + profile) and in the largest Ray run; per run the
 wall time (everything: Ray start, actors, recording, eager baseline, candidates, decision), speedup over
 inline and efficiency (speedup / GPUs), Ray's fixed overhead (Ray start until the last actor was up and
-warmed, which overlaps the driver's recording), the ideal schedule on N GPUs (the larger of the longest
+answered, which overlaps the driver's recording; its warm-up goes on beside until the first task), the ideal schedule on N GPUs (the larger of the longest
 candidate and the inline candidate total over N, from the inline times) and the critical-path bound (the
 longest candidate), and whether each run chose the same backend as inline. Then, per run, where the time
 went, from the executor's progress events: time before the first event (Ray's start and the recording),
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.worker import WARM_UP_MODES  # noqa: E402
+from aitune_ray.warm_up import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 
@@ -152,7 +152,8 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
         # worker core (when Ray fetched the actor's class), its __init__ began, found its GPU (CUDA's start).
         for label, field in (("process launched", "process_started_at"), ("class import began", "import_began_at"),
                              ("class imported", "imported_at"), ("__init__ began", "started_at"),
-                             ("GPU found (CUDA up)", "described_at"), ("warm-up began", "warm_up_began_at")):
+                             ("GPU found (CUDA up)", "described_at"), ("up (answered)", "ready_at"),
+                             ("warm-up began", "warm_up_began_at"), ("warm-up ended", "warm_up_ended_at")):
             stamps = [i[field] for i in identities if i.get(field)]
             if stamps:
                 budget[f"timeline: actor {label} at s"] = max(stamps) - started_wall
@@ -163,10 +164,10 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
         for part in parts + ["warm_up_s"]:
             budget[f"actor warm-up: {part}"] = max((w.get(part, 0.0) for w in warm), default=0.0)
         budget["actor warm-up: mode"] = ", ".join(sorted({str(w.get("mode", "-")) for w in warm}))
+        budget["actor warm-up: skipped (stopped by the first task)"] = ", ".join(
+            sorted({step for w in warm for step in w.get("skipped", [])})) or "none"
         budget["compile threads (actor)"] = max((w.get("compile_threads", 0) for w in warm), default=0)
         budget["torch threads (actor)"] = max((i.get("threads", 0) for i in identities), default=0)
-        budget["timeline: last actor up and warmed at s"] = max(
-            (i.get("ready_at") or started_wall) - started_wall for i in identities)
     else:
         budget["compile threads (inline)"] = inductor_config.compile_threads
         budget["torch threads (inline)"] = torch.get_num_threads()
@@ -217,7 +218,9 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
         overhead = None
         if kind == "ray":   # when the last actor was up and warmed (it said so itself), from Ray's start
-            identities = [s.identity() for s in executor.pool.alive()]
+            import ray   # each actor's identity now: its warm-up's end (it runs on beside the first task)
+
+            identities = ray.get([s.actor.identity.remote() for s in executor.pool.alive()])
             put_s = executor.put_s
             ready = [i.get("ready_at") for i in identities]
             overhead = max(r for r in ready if r) - started_wall if any(ready) else None

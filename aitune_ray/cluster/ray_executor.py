@@ -46,7 +46,8 @@ from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, short
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
-from aitune_ray.worker import WARM_UP_MODES, finalist, remeasured_eager
+from aitune_ray.warm_up import WARM_UP_MODES
+from aitune_ray.worker import finalist, remeasured_eager
 
 logger = logging.getLogger(__name__)
 
@@ -119,9 +120,9 @@ class RayExecutor(Executor):
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
-    warm_up: what each GPU actor does as it starts, before its first task (aitune_ray.worker.warm_up):
-        "compile" compiles a small function (Inductor's and Triton's first use is paid there), "imports"
-        only starts the compile workers and imports the compiler, "off" nothing.
+    warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
+        (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
+        paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
     """
 
     def __init__(self, address: str | None = None, *, gpus_per_actor: float = 1, cpus_per_actor: float = 1,
