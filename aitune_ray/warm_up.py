@@ -119,6 +119,12 @@ class WarmUp:
             self._set_compile_threads()
         return self.seconds()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the warm-up to end by itself (nothing is skipped); True when it has ended."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ended_at is not None
+
     def run(self) -> dict:
         """The whole warm-up on this thread (nothing stops it)."""
         self._set_threads()

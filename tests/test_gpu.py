@@ -149,3 +149,31 @@ def test_a_timed_burst_waits_for_work_queued_on_other_streams():
     torch.cuda.synchronize()
     kernel_ms = start.elapsed_time(end)
     assert timing._time_once(on_side_stream, torch.device("cuda"), 3) >= 0.8 * kernel_ms
+
+
+def test_the_warm_up_on_its_own_thread_compiles_and_leaves_the_task_thread_set_up():
+    """The whole default warm-up, on its thread, on the GPU: every step runs, none fails, and a compile on
+    the task thread afterwards uses the warm-up's thread count."""
+    import torch._inductor.config as inductor_config
+
+    from aitune_ray.warm_up import WarmUp
+
+    saved = torch.get_num_threads(), inductor_config.compile_threads, os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    try:
+        warm = WarmUp(4, "compile")
+        warm.start()
+        assert warm.wait(300)
+        seconds = warm.stop()
+        assert {"compile_pool_start_s", "cuda_context_s", "first_compile_s", "torchao_import_s"} <= set(seconds)
+        assert "skipped" not in seconds
+        assert inductor_config.compile_threads == 4 and torch.get_num_threads() == 4
+        compiled = torch.compile(lambda x: torch.relu(x) + 1.0)
+        x = torch.randn(32, 32, device="cuda")
+        torch.testing.assert_close(compiled(x), torch.relu(x) + 1.0)
+    finally:
+        torch.set_num_threads(saved[0])
+        inductor_config.compile_threads = saved[1]
+        if saved[2] is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved[2]
