@@ -55,9 +55,9 @@ class TunerActor:
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self.worker = Worker(workdir, self._identity, log_path)
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
-        self._warm = None
-        if torch.cuda.is_available():   # on a thread of its own; the first task stops it (_ready)
-            self._warm = WarmUp(compile_share(self._identity["node_id"]), warm_up)
+        # The warm-up runs on a thread of its own; the first task stops it (_ready)
+        self._warm = WarmUp(compile_share(self._identity["node_id"]), warm_up) if torch.cuda.is_available() else None
+        if self._warm:
             self._warm.start()
         self._identity["threads"] = torch.get_num_threads()
         self._identity["ready_at"] = time.time()   # wall clock: up, its warm-up under way (benchmarks read it)
