@@ -8,7 +8,9 @@ CALLS counter (keyed "build:<tag>" and "infer:<tag>") rather than on the instanc
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,24 @@ from aitune_ray.samples import SampleStore
 
 #: Fast measurement for tests: a handful of runs, at most 0.2 s per batch size.
 FAST_MEASURE = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=20, max_seconds=0.2)
+
+@contextlib.contextmanager
+def thread_settings():
+    """Torch's thread count, Inductor's compile threads and their environment variable, put back after a
+    warm-up (aitune_ray.warm_up) changed them. Yields torch._inductor.config."""
+    import torch._inductor.config as inductor_config
+
+    saved = torch.get_num_threads(), inductor_config.compile_threads, os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    try:
+        yield inductor_config
+    finally:
+        torch.set_num_threads(saved[0])
+        inductor_config.compile_threads = saved[1]
+        if saved[2] is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved[2]
+
 
 #: What the helper backends did, by "build:<tag>" / "infer:<tag>".
 CALLS: collections.Counter = collections.Counter()

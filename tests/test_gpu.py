@@ -154,12 +154,10 @@ def test_a_timed_burst_waits_for_work_queued_on_other_streams():
 def test_the_warm_up_on_its_own_thread_compiles_and_leaves_the_task_thread_set_up():
     """The whole default warm-up, on its thread, on the GPU: every step runs, none fails, and a compile on
     the task thread afterwards uses the warm-up's thread count."""
-    import torch._inductor.config as inductor_config
-
     from aitune_ray.warm_up import WarmUp
+    from tests.helpers import thread_settings
 
-    saved = torch.get_num_threads(), inductor_config.compile_threads, os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
-    try:
+    with thread_settings() as inductor_config:
         warm = WarmUp(4, "compile")
         warm.start()
         assert warm.wait(300)
@@ -170,10 +168,3 @@ def test_the_warm_up_on_its_own_thread_compiles_and_leaves_the_task_thread_set_u
         compiled = torch.compile(lambda x: torch.relu(x) + 1.0)
         x = torch.randn(32, 32, device="cuda")
         torch.testing.assert_close(compiled(x), torch.relu(x) + 1.0)
-    finally:
-        torch.set_num_threads(saved[0])
-        inductor_config.compile_threads = saved[1]
-        if saved[2] is None:
-            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
-        else:
-            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved[2]

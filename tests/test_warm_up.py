@@ -1,27 +1,19 @@
 """The warm-up on a thread of its own: the first task stops it after its step under way (aitune_ray.warm_up).
 Every wait is on an event."""
 
-import os
 import threading
 
 import pytest
 import torch
 
 from aitune_ray.warm_up import WarmUp, steps_for
+from tests.helpers import thread_settings
 
 
 @pytest.fixture
 def threads():
-    import torch._inductor.config as inductor_config
-
-    saved = torch.get_num_threads(), inductor_config.compile_threads, os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
-    yield inductor_config
-    torch.set_num_threads(saved[0])
-    inductor_config.compile_threads = saved[1]
-    if saved[2] is None:
-        os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
-    else:
-        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved[2]
+    with thread_settings() as inductor_config:
+        yield inductor_config
 
 
 def test_stop_ends_the_warm_up_after_its_step_under_way_and_skips_the_rest(threads):
