@@ -8,8 +8,10 @@ Models as in backends.py (mlp, encoder, bert, pipeline). For the pipeline, both 
 tune() call, one module after the other, and the wall times cover both; the table lists each module's
 candidates.
 
---runs lists the runs: "inline" (one process, one GPU, one candidate after another) and "ray:N" (a local
-Ray with N tuner actors, one per GPU). Each run is a process of its own, started one after the other,
+--runs lists the runs: "inline" (one process, one GPU, one candidate after another), "ray:N" (a local
+Ray with N tuner actors, one per GPU, started by the run) and "cluster:N" (N actors on a Ray head started
+once before the runs, as `ray start --head` starts one for `ray job submit`: Ray's own start is then not in
+the run's wall). Each run is a process of its own, started one after the other,
 with fresh, empty Inductor and Triton cache folders, so no run reuses another's compiled kernels or
 CUDA context, while candidates within a run may share them (in one process inline; through the node's
 disk on Ray), as they would for a user. A run that crashes or passes --run-timeout is reported as such,
@@ -18,15 +20,15 @@ and the others still count.
 Reports: each candidate's time inline (build + check + profile) and in the largest Ray run; per run the
 wall time (everything: Ray start, actors, recording, eager baseline, candidates, decision), speedup over
 inline and efficiency (speedup / GPUs), Ray's fixed overhead (Ray start until the last actor was up and
-answered, which overlaps the driver's recording; its warm-up goes on beside until the first task), the ideal schedule on N GPUs (the larger of the longest
-candidate and the inline candidate total over N, from the inline times) and the critical-path bound (the
-longest candidate), and whether each run chose the same backend as inline. Then, per run, where the time
-went, from the executor's progress events: time before the first event (Ray's start and the recording),
-the eager baseline (on Ray it includes waiting for the actor's warm-up), the candidates as the driver saw
-them against their worker-timed build + check + profile (the difference is dispatch and result
-transfer), the re-measure, the chosen backend's restore on the driver (materialize: a JIT backend is
-compiled again there on Ray, reused inline), and on Ray each actor's process start, warm-up parts and
-the compile and torch threads it was given (inline: the driver's).
+answered, which overlaps the driver's recording; its warm-up goes on beside until the first task), the
+ideal schedule on N GPUs (the larger of the longest candidate and the inline candidate total over N, from
+the inline times) and the critical-path bound (the longest candidate), and whether each run chose the
+same backend as inline. Then, per run, where the time went, from the executor's progress events: time
+before the first event (Ray's start and the recording), the eager baseline, the candidates as the driver
+saw them against their worker-timed build + check + profile (the difference is dispatch, the wait for the
+actor and result transfer), the re-measure, the chosen backend's restore on the driver (materialize: a JIT
+backend is compiled again there on Ray, reused inline), and on Ray each actor's process start, warm-up
+parts and the compile and torch threads it was given (inline: the driver's).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import faulthandler
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,15 +61,58 @@ from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 
 def parse_run(text: str) -> tuple[str, int]:
-    """("inline", 1) or ("ray", N) from "inline", "ray:N" or "ray:N:WARMUP" (see run_warm_up)."""
+    """("inline", 1) or ("ray", N) from "inline", "ray:N", "cluster:N" or either with ":WARMUP" (see
+    run_warm_up). A cluster run connects to a Ray started before the runs (see HeadNode)."""
     kind, _, rest = text.partition(":")
     count, _, warm = rest.partition(":")
     if kind == "inline" and not rest:
         return "inline", 1
-    if kind == "ray" and count.isdigit() and int(count) >= 1 and (not warm or warm in WARM_UP_MODES):
+    if kind in ("ray", "cluster") and count.isdigit() and int(count) >= 1 and (not warm or warm in WARM_UP_MODES):
         return "ray", int(count)
-    raise SystemExit(f"a run is 'inline', 'ray:N' or 'ray:N:WARMUP' (N >= 1, WARMUP one of "
-                     f"{', '.join(WARM_UP_MODES)}), not {text!r}")
+    raise SystemExit(f"a run is 'inline', 'ray:N', 'cluster:N' or either with ':WARMUP' (N >= 1, WARMUP one "
+                     f"of {', '.join(WARM_UP_MODES)}), not {text!r}")
+
+
+class HeadNode:
+    """A Ray head on this machine, started once before the cluster runs and stopped after them, as
+    `ray start --head` starts one for `ray job submit`: a cluster run's wall then holds no Ray start.
+    Started with --block as a child process of this one, so that stopping it (SIGTERM to that process,
+    which then stops the Ray processes it started) ends only what it started."""
+
+    def __init__(self, gpus: int):
+        import socket
+
+        with socket.socket() as probe:   # a free port for the GCS
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.address = f"127.0.0.1:{port}"
+        beside = Path(sys.executable).with_name("ray")   # the ray command of this Python's environment
+        ray_cli = str(beside) if beside.exists() else (shutil.which("ray") or "ray")
+        cmd = [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+               f"--num-gpus={gpus}", "--include-dashboard=false", "--disable-usage-stats"]
+        print(f"starting a Ray head for the cluster runs at {self.address}", flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.started = threading.Event()
+        self.output: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.started.wait(120):
+            self.stop()
+            raise SystemExit("the Ray head did not start within 120 s:\n" + "".join(self.output[-40:]))
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if "Ray runtime started" in line:
+                self.started.set()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def run_warm_up(text: str) -> str:
@@ -201,8 +247,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
     events: list[dict] = []
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
-                else ait.RayExecutor(max_actors=gpus, log_dir=logs, progress=events.append,
-                                     warm_up=run_warm_up(run_name)))
+                else ait.RayExecutor(args.address if run_name.startswith("cluster:") else None, max_actors=gpus,
+                                     log_dir=logs, progress=events.append, warm_up=run_warm_up(run_name)))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
         # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
         faulthandler.dump_traceback_later(max(1.0, args.run_timeout - 15), exit=False)
@@ -277,9 +323,10 @@ def run_child(run_name: str, args) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
-           "--device", args.device, "--backends", args.backends] + (["--log-dir", args.log_dir] if args.log_dir else []) \
-        + (["--dtype", args.dtype] if args.dtype else []) + (["--run-timeout", str(args.run_timeout)]
-                                                            if args.run_timeout else [])
+           "--device", args.device, "--backends", args.backends]
+    for flag, value in (("--address", args.address), ("--log-dir", args.log_dir), ("--dtype", args.dtype),
+                        ("--run-timeout", args.run_timeout)):
+        cmd += [flag, str(value)] if value else []
     print(f"run {run_name} ...", flush=True)
     started, hung = time.perf_counter(), None
     try:
@@ -399,8 +446,8 @@ def main() -> int:
                         help="the model's dtype (default: bfloat16 on a GPU, float32 on the CPU)")
     parser.add_argument("--gpus", type=int, default=max(1, torch.cuda.device_count()),
                         help="actors of the Ray run when --runs is not given (one per GPU)")
-    parser.add_argument("--runs", default=None, help="comma list of inline and ray:N (default: ray:GPUS,inline; "
-                        "empty: only the --include runs)")
+    parser.add_argument("--runs", default=None, help="comma list of inline, ray:N and cluster:N "
+                        "(default: ray:GPUS,inline; empty: only the --include runs)")
     parser.add_argument("--run-timeout", type=float, default=None, help="seconds one run may take")
     parser.add_argument("--out", default=None, help="markdown file; a .json beside it holds the numbers "
                         "(benchmarks/schedule_sim.py reads it)")
@@ -408,6 +455,7 @@ def main() -> int:
                         "per-candidate lines), one folder per run")
     parser.add_argument("--include", nargs="*", default=[], help="earlier .json outputs of this benchmark (same "
                         "model and backends) whose runs join the table instead of being run again")
+    parser.add_argument("--address", default=None, help=argparse.SUPPRESS)   # the cluster runs' Ray head
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -425,10 +473,17 @@ def main() -> int:
         parse_run(name)
     runs = included(args)
     names = [n for n in names if n not in {r["run"] for r in runs}]
-    for name in names:
-        runs.append(run_child(name, args))
-        if args.out:   # after every run, so that a later failure keeps what was measured
-            write(args, runs, device, dtype)
+    head = HeadNode(args.gpus) if any(n.startswith("cluster:") for n in names) else None
+    try:
+        if head is not None:
+            args.address = head.address
+        for name in names:
+            runs.append(run_child(name, args))
+            if args.out:   # after every run, so that a later failure keeps what was measured
+                write(args, runs, device, dtype)
+    finally:
+        if head is not None:
+            head.stop()
     text = report(args, runs, device, dtype)
     print(text)
     if args.out:
@@ -450,18 +505,30 @@ def included(args) -> list[dict]:
     return runs
 
 
+def unique_runs(runs: list[dict]) -> dict:
+    """{run name: run}, a repeated run named "inline #2", "inline #3" and so on (in the order run)."""
+    out: dict = {}
+    for r in runs:
+        name, n = r["run"], 1
+        while name in out:
+            n += 1
+            name = f"{r['run']} #{n}"
+        out[name] = r
+    return out
+
+
 def write(args, runs: list[dict], device, dtype) -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(report(args, runs, device, dtype))
     inline = next((r for r in runs if r.get("kind") == "inline" and "failed" not in r), None)
     rays = [r for r in runs if r.get("kind") == "ray" and "failed" not in r]
     data = {"model": args.model, "device": str(device), "dtype": str(dtype), "backends": args.backends.split(","),
-            "runs": {r["run"]: r for r in runs}}
+            "runs": unique_runs(runs)}
     if inline:
-        data["inline"] = data["runs"]["inline"]
+        data["inline"] = inline
     if rays:   # the largest Ray run, as schedule_sim.py reads it
         biggest = max(rays, key=lambda r: r["gpus"])
-        data["ray"], data["gpus"] = data["runs"][biggest["run"]], biggest["gpus"]
+        data["ray"], data["gpus"] = biggest, biggest["gpus"]
     Path(args.out).with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
 
 
