@@ -10,8 +10,8 @@ candidates.
 
 --runs lists the runs: "inline" (one process, one GPU, one candidate after another), "ray:N" (a local
 Ray with N tuner actors, one per GPU, started by the run) and "cluster:N" (N actors on a Ray head started
-once before the runs, as `ray start --head` starts one for `ray job submit`: Ray's own start is then not in
-the run's wall). Each run is a process of its own, started one after the other,
+before the run, as `ray start --head` starts one for `ray job submit`: Ray's own start is then not in the
+run's wall; each such run has a head of its own, with the same fresh cache folders as the run). Each run is a process of its own, started one after the other,
 with fresh, empty Inductor and Triton cache folders, so no run reuses another's compiled kernels or
 CUDA context, while candidates within a run may share them (in one process inline; through the node's
 disk on Ray), as they would for a user. A run that crashes or passes --run-timeout is reported as such,
@@ -62,7 +62,7 @@ from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 def parse_run(text: str) -> tuple[str, int]:
     """("inline", 1) or ("ray", N) from "inline", "ray:N", "cluster:N" or either with ":WARMUP" (see
-    run_warm_up). A cluster run connects to a Ray started before the runs (see HeadNode)."""
+    run_warm_up). A cluster run connects to a Ray head started before it (see HeadNode)."""
     kind, _, rest = text.partition(":")
     count, _, warm = rest.partition(":")
     if kind == "inline" and not rest:
@@ -74,12 +74,13 @@ def parse_run(text: str) -> tuple[str, int]:
 
 
 class HeadNode:
-    """A Ray head on this machine, started once before the cluster runs and stopped after them, as
-    `ray start --head` starts one for `ray job submit`: a cluster run's wall then holds no Ray start.
-    Started with --block as a child process of this one, so that stopping it (SIGTERM to that process,
-    which then stops the Ray processes it started) ends only what it started."""
+    """A Ray head on this machine, started before a cluster run and stopped after it, as `ray start --head`
+    starts one for `ray job submit`: the run's wall then holds no Ray start. env: its processes' environment
+    (the run's fresh cache folders: the actors are the head's processes, not the run's). Started with --block
+    as a child process of this one, so that stopping it (SIGTERM to that process, which then stops the Ray
+    processes it started) ends only what it started."""
 
-    def __init__(self, gpus: int):
+    def __init__(self, gpus: int, env: dict):
         import socket
 
         with socket.socket() as probe:   # a free port for the GCS
@@ -90,8 +91,8 @@ class HeadNode:
         ray_cli = str(beside) if beside.exists() else (shutil.which("ray") or "ray")
         cmd = [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
                f"--num-gpus={gpus}", "--include-dashboard=false", "--disable-usage-stats"]
-        print(f"starting a Ray head for the cluster runs at {self.address}", flush=True)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print(f"starting a Ray head for the cluster run at {self.address}", flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.started = threading.Event()
         self.output: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -324,9 +325,17 @@ def run_child(run_name: str, args) -> dict:
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
            "--device", args.device, "--backends", args.backends]
-    for flag, value in (("--address", args.address), ("--log-dir", args.log_dir), ("--dtype", args.dtype),
-                        ("--run-timeout", args.run_timeout)):
+    for flag, value in (("--log-dir", args.log_dir), ("--dtype", args.dtype), ("--run-timeout", args.run_timeout)):
         cmd += [flag, str(value)] if value else []
+    head = HeadNode(args.gpus, env) if run_name.startswith("cluster:") else None
+    try:
+        return _run_process(run_name, cmd + (["--address", head.address] if head else []), env, out, args)
+    finally:
+        if head is not None:
+            head.stop()
+
+
+def _run_process(run_name: str, cmd: list[str], env: dict, out: Path, args) -> dict:
     print(f"run {run_name} ...", flush=True)
     started, hung = time.perf_counter(), None
     try:
@@ -473,17 +482,10 @@ def main() -> int:
         parse_run(name)
     runs = included(args)
     names = [n for n in names if n not in {r["run"] for r in runs}]
-    head = HeadNode(args.gpus) if any(n.startswith("cluster:") for n in names) else None
-    try:
-        if head is not None:
-            args.address = head.address
-        for name in names:
-            runs.append(run_child(name, args))
-            if args.out:   # after every run, so that a later failure keeps what was measured
-                write(args, runs, device, dtype)
-    finally:
-        if head is not None:
-            head.stop()
+    for name in names:
+        runs.append(run_child(name, args))
+        if args.out:   # after every run, so that a later failure keeps what was measured
+            write(args, runs, device, dtype)
     text = report(args, runs, device, dtype)
     print(text)
     if args.out:
