@@ -174,6 +174,34 @@ def test_torchao_counts_the_layers_it_quantized_and_fails_where_it_changed_none(
                                           state=state)) == "quantized 2 of 2 layers"
 
 
+def test_a_torchao_build_that_dynamo_cannot_trace_says_compile_false_runs_it(tmp_path, monkeypatch):
+    """torch 2.11 with torchao 0.18 on a GPU: Dynamo failed inside torchao's __torch_function__ table lookup.
+    The build then fails as a BuildError that names the way out, instead of Dynamo's message alone."""
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    import aitune_ray.backend.torchao_backend as torchao_backend
+    from aitune_ray.errors import BuildError
+    from aitune_ray.samples import Sample, SampleStore
+
+    def untraceable(model, **_):
+        def run(*args, **kwargs):
+            raise InternalTorchDynamoError("RuntimeError: Polyfill handler <method-wrapper '__eq__'> does not "
+                                           "have a traceable function\n\nfrom user code: ...")
+        return run
+
+    monkeypatch.setattr(torchao_backend.torch, "compile", untraceable)
+    x = torch.randn(2, 8)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8))
+    store = SampleStore([Sample((x,), {}, model(x), 2)])
+    with pytest.raises(BuildError, match=r"torch.compile could not trace the quantized module "
+                                         r"\(InternalTorchDynamoError: RuntimeError: Polyfill handler .*\); "
+                                         r"TorchAOBackend with compile=False runs it") as caught:
+        TorchAOBackend(TorchAOBackendConfig(quantization="int8wo")).build(model, store, torch.device("cpu"),
+                                                                          tmp_path / "w")
+    assert "from user code" not in str(caught.value)   # the first line only
+    assert isinstance(caught.value.__cause__, InternalTorchDynamoError)
+
+
 def test_torchao_int8wo_is_rejected_at_a_plain_tolerance():
     backend = TorchAOBackend(TorchAOBackendConfig(quantization="int8wo", compile=False))
     with pytest.raises(CorrectnessError, match=r"exceeds tolerance 0\.001"):

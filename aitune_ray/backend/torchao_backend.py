@@ -12,7 +12,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig, require
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
-from aitune_ray.errors import ConfigError, NotApplicableError
+from aitune_ray.errors import BuildError, ConfigError, NotApplicableError
 from aitune_ray.frames import own_frame
 from aitune_ray.samples import SampleStore
 
@@ -91,14 +91,29 @@ class TorchAOBackend(Backend):
             self._model = torch.compile(own_frame(model, f"torchao_{type(module).__name__}"), mode=cfg.mode,
                                         fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
         with torch.no_grad():
-            for sample in samples:
-                self._model(*sample.args, **sample.kwargs)
+            try:
+                for sample in samples:
+                    self._model(*sample.args, **sample.kwargs)
+            except Exception as exc:
+                if cfg.compile and _is_dynamo_error(exc):
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    raise BuildError(
+                        f"torch.compile could not trace the quantized module ({type(exc).__name__}: {first}); "
+                        "TorchAOBackend with compile=False runs it quantized without the compiler") from exc
+                raise
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         return self._model(*args, **kwargs)
 
     def _state(self) -> dict:
         return {"quantized_layers": self.quantized_layers, "quantizable_layers": self.quantizable_layers}
+
+
+def _is_dynamo_error(exc: BaseException) -> bool:
+    """An error of Dynamo's own (it could not trace the quantized tensors), not of the model's code."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(exc, TorchDynamoException)
 
 
 def quantized_layers(model: nn.Module) -> int:
