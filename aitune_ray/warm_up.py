@@ -91,6 +91,7 @@ class WarmUp:
         self._lock = threading.Lock()
         self.stopping = threading.Event()   # set by stop(): what is left is skipped
         self._thread: threading.Thread | None = None
+        self._imported = False   # Inductor's import, the first step, succeeded
 
     def _set_threads(self) -> None:
         # On the thread that runs the tasks: the intra-op thread count belongs to the calling thread. So may
@@ -116,7 +117,8 @@ class WarmUp:
         self.stopping.set()
         if self._thread is not None:
             self._thread.join()
-            self._set_compile_threads()
+            if self._imported:
+                self._set_compile_threads()
         return self.seconds()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -151,7 +153,13 @@ class WarmUp:
     def _run(self) -> None:
         self.began_at = time.time()
         started = time.perf_counter()
-        compile_threads = self._set_compile_threads()   # the first step (Inductor's import), never skipped
+        try:
+            compile_threads = self._set_compile_threads()   # the first step (Inductor's import), never skipped
+        except Exception as exc:  # the tasks then meet the same failure in their own build, with its own error
+            logger.warning("warm-up: Inductor's import failed: %s", exc)
+            self.ended_at = time.time()
+            return
+        self._imported = True
         self._record(inductor_config_import_s=time.perf_counter() - started)
         for index, (name, step) in enumerate(self.steps):
             if self.stopping.is_set():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|ray1-heavy|ray-start|host-modes|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -70,6 +70,9 @@ for part in $parts; do
         timeout 100 python benchmarks/host_modes.py --bursts 15 --out "$out/host_modes_$i.md" > "$out/host_modes_$i.log" 2>&1
         echo "host_modes.py run $i: exit $?"; tail -8 "$out/host_modes_$i.log"
       done ;;
+    ao-encoder)   # TorchAO fp8wo on the fp16 encoder, compiled and with compile=False (under a minute)
+      timeout 150 python benchmarks/torchao_encoder.py --quantization fp8wo > "$out/torchao_encoder.txt" 2>&1
+      echo "torchao_encoder.py: exit $?"; grep "^compile=\|^TorchAO" "$out/torchao_encoder.txt" ;;
     ray-start)   # the parts of a local Ray's start and stop, as the executor runs them (under a minute)
       timeout 120 python benchmarks/ray_start.py --repeats 2 --out "$out/ray_start.md" > "$out/ray_start.log" 2>&1
       echo "ray_start.py: exit $?"; tail -16 "$out/ray_start.log" ;;

@@ -71,3 +71,17 @@ def test_run_does_every_step_and_the_modes_name_their_steps(threads):
     assert "first_compile_s" in [n for n, _ in steps_for("compile")]
     with pytest.raises(ValueError, match="warm-up mode must be one of compile, imports, off"):
         steps_for("everything")
+
+
+def test_a_failed_inductor_import_ends_the_warm_up_and_the_task_still_runs(threads, monkeypatch, caplog):
+    import aitune_ray.warm_up as warm_up
+
+    def broken(self):
+        raise ImportError("no torch._inductor here")
+
+    monkeypatch.setattr(warm_up.WarmUp, "_set_compile_threads", broken)
+    warm = WarmUp(2, "compile", steps=[("never_s", lambda: pytest.fail("ran after a failed import"))])
+    warm.start()
+    seconds = warm.stop()   # the task's call: it must not raise the import's error again
+    assert "warm-up: Inductor's import failed: no torch._inductor here" in caplog.text
+    assert warm.ended_at is not None and "never_s" not in seconds
