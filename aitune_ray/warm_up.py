@@ -91,7 +91,6 @@ class WarmUp:
         self._lock = threading.Lock()
         self.stopping = threading.Event()   # set by stop(): what is left is skipped
         self._thread: threading.Thread | None = None
-        self._imported = False   # Inductor's import, the first step, succeeded
 
     def _set_threads(self) -> None:
         # On the thread that runs the tasks: the intra-op thread count belongs to the calling thread. So may
@@ -117,7 +116,7 @@ class WarmUp:
         self.stopping.set()
         if self._thread is not None:
             self._thread.join()
-            if self._imported:
+            if "inductor_config_import_s" in self.seconds():   # Inductor's import, the first step, succeeded
                 self._set_compile_threads()
         return self.seconds()
 
@@ -159,7 +158,6 @@ class WarmUp:
             logger.warning("warm-up: Inductor's import failed: %s", exc)
             self.ended_at = time.time()
             return
-        self._imported = True
         self._record(inductor_config_import_s=time.perf_counter() - started)
         for index, (name, step) in enumerate(self.steps):
             if self.stopping.is_set():

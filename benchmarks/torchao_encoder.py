@@ -5,7 +5,7 @@
 On the GPU image (torch 2.11, torchao 0.18) the compiled fp8wo build of this encoder fails: Dynamo cannot
 trace TorchAO's tensor subclass there. The build's error then names compile=False as the way out; this
 checks both builds and prints, per build, its outcome, its relative L2 error against eager on the first
-recorded batch and how many Linear layers it quantized.
+recorded batch (aitune_ray.measure.correctness, the tuner's own check) and how many Linear layers it quantized.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backends import make_model  # noqa: E402
 
 from aitune_ray.backend import TorchAOBackend, TorchAOBackendConfig  # noqa: E402
+from aitune_ray.measure.correctness import compare_outputs  # noqa: E402
 from aitune_ray.samples import Sample, SampleStore  # noqa: E402
 
 
@@ -41,9 +42,9 @@ def main() -> int:
         config = TorchAOBackendConfig(quantization=args.quantization, compile=compiled)
         try:
             backend = TorchAOBackend(config).build(model, store, device, Path(tempfile.mkdtemp()))
-            out = backend.infer(x)
-            error = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-            print(f"compile={compiled}: built, relative L2 error {error:.3e}, "
+            check = compare_outputs([(backend.infer(x), ref)], tolerance=TorchAOBackend.default_tolerance)
+            print(f"compile={compiled}: built, relative L2 error {check.max_error:.3e} "
+                  f"({'within' if check.passed else 'over'} its tolerance {check.tolerance:g}), "
                   f"{backend.quantized_layers} of {backend.quantizable_layers} Linear layers quantized")
         except Exception as exc:  # the outcome is what this prints
             print(f"compile={compiled}: {type(exc).__name__}: {str(exc)[:400]}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,7 +121,6 @@ def test_tune_records_before_ray_is_up(held_init):
     assert report.modules[0].results[0].ok and not ray.is_initialized()
 
 
-
 def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, monkeypatch):
     """On one local GPU (RayExecutor._driver_times, which needs CUDA: granted here) MaxThroughput's eager
     baseline is timed on the driver without waiting for Ray: here Ray cannot finish starting until that
@@ -145,6 +145,7 @@ def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, mon
     assert where.startswith("driver") and status == "ok" and not ray_up
     assert report.modules[0].results[0].ok    # the build then ran on the actor, once Ray was up
 
+
 SIGTERM_SCRIPT = '''
 import os, signal, sys
 import ray
@@ -168,7 +169,6 @@ def test_sigterm_to_a_driver_whose_ray_started_on_a_thread_exits_and_takes_ray_d
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
@@ -187,8 +187,6 @@ def test_sigterm_to_a_driver_whose_ray_started_on_a_thread_exits_and_takes_ray_d
 
 def _running(pid: int, started: str) -> bool:
     """Whether the process pid that started at started (/proc's clock ticks) still runs (a zombie does not)."""
-    from pathlib import Path
-
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
