@@ -66,8 +66,10 @@ def _node_gpus(node_id: str) -> float:
         if node_id else 0.0
 
 
-def compile_share(node_id: str) -> int:
-    """CPU threads for this actor's compile workers: the node's CPUs shared between its GPU actors (Ray
-    starts workers with OMP_NUM_THREADS=1, the actor's CPU reservation; host-side compiles need more)."""
+def compile_share(node_id: str, gpu_share: float = 1.0) -> int:
+    """CPU threads for this actor's compile workers: the node's CPUs shared between its GPU actors, one per
+    gpu_share of each GPU (Ray starts workers with OMP_NUM_THREADS=1, the actor's CPU reservation; host-side
+    compiles need more)."""
     gpus = _node_gpus(node_id) or torch.cuda.device_count()
-    return max(2, (os.cpu_count() or 2) // max(1, int(gpus)))
+    actors = max(1, round(int(gpus) / gpu_share)) if 0 < gpu_share else max(1, int(gpus))
+    return max(2, (os.cpu_count() or 2) // actors)

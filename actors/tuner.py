@@ -40,10 +40,11 @@ def _token(box: list) -> tuple:
 
 class TunerActor:
     """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
-    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts)."""
+    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts). gpu_share: the GPUs
+    it holds (below 1: it shares its GPU with other actors, and takes turns at it)."""
 
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None,
-                 warm_up: str = "compile"):
+                 warm_up: str = "compile", gpu_share: float = 1.0):
         started = time.time()
         self.slot, self.log_path, self.limit_bytes, self.artifact_dir = slot, log_path, limit_bytes, artifact_dir
         self._log = open_log(log_path)
@@ -53,10 +54,10 @@ class TunerActor:
         # Beside the logs, in a folder the driver removes when it closes (on its own node; on the others
         # cleanup() does it for actors still alive then).
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
-        self.worker = Worker(workdir, self._identity, log_path)
+        self.worker = Worker(workdir, self._identity, log_path, shares_gpu=0 < gpu_share < 1)
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
         # The warm-up runs on a thread of its own; the first task stops it (_ready)
-        self._warm = WarmUp(compile_share(self._identity["node_id"]), warm_up) if torch.cuda.is_available() else None
+        self._warm = WarmUp(compile_share(self._identity["node_id"], gpu_share), warm_up) if torch.cuda.is_available() else None
         if self._warm:
             self._warm.start()
         self._identity["threads"] = torch.get_num_threads()
@@ -120,4 +121,4 @@ class TunerActor:
         on the function data in box ([ObjectRef] of one function's CPU FunctionData)."""
         self._ready()
         data = (_token(box), lambda: _fetch(box)[0])
-        return getattr(self.worker.forge, task)(data, device_for(intent), *args)
+        return self.worker.forge_task(task, data, device_for(intent), *args)

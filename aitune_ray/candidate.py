@@ -17,6 +17,7 @@ from aitune_ray.device import gpu_identity
 from aitune_ray.failures import is_oom
 from aitune_ray.measure.correctness import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, profile_samples
+from aitune_ray.measure.turns import NO_TURNS
 from aitune_ray.results import ERROR, OK, OOM, REJECTED, BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
 
@@ -25,11 +26,13 @@ logger = logging.getLogger(__name__)
 
 def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, device: torch.device,
                   workdir: Path, log_path: str = "",
-                  stage: Callable[[str], None] | None = None) -> tuple[BuildResult, Backend | None]:
+                  stage: Callable[[str], None] | None = None, turns=NO_TURNS) -> tuple[BuildResult, Backend | None]:
     """Build, check and profile job's backend. Never raises for the backend's own failures.
 
     Returns the result record and, when the candidate is usable, the live built backend. stage: told
-    "checking" and then "measuring" as the build's stages begin (a progress event each, inline).
+    "checking" and then "measuring" as the build's stages begin (a progress event each, inline). turns:
+    the device's turns (aitune_ray.measure.turns) where other processes share it: the build, its check
+    and its export take a build's turn, the profile a timing's.
     """
     stage = stage or (lambda name: None)
     device = torch.device(device)
@@ -41,12 +44,13 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
     stage_name = "build"
     try:
         backend = Backend.from_spec(job.spec)
-        backend.build(module, samples, device, Path(workdir) / job.key)
-        result.build_s = time.perf_counter() - started
-        stage("checking")
-        stage_name = "correctness check"
-        with torch.no_grad():
-            pairs = [(backend.infer(*s.args, **s.kwargs), s.outputs) for s in samples]
+        with turns.building():
+            backend.build(module, samples, device, Path(workdir) / job.key)
+            result.build_s = time.perf_counter() - started
+            stage("checking")
+            stage_name = "correctness check"
+            with torch.no_grad():
+                pairs = [(backend.infer(*s.args, **s.kwargs), s.outputs) for s in samples]
         tolerance = job.tolerance if job.tolerance is not None else backend.default_tolerance
         report = compare_outputs(pairs, tolerance)
         result.correctness = report.to_dict()
@@ -56,10 +60,12 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
             return result, None
         stage("measuring")
         stage_name = "profiling"
-        timings = profile_samples(backend.infer, samples, device, MeasureConfig.from_dict(job.measure))
+        with turns.timing():
+            timings = profile_samples(backend.infer, samples, device, MeasureConfig.from_dict(job.measure))
         result.timings = {bs: t.to_dict() for bs, t in timings.items()}
         stage_name = "export"
-        result.state, artifacts = backend.export()
+        with turns.building():
+            result.state, artifacts = backend.export()
         result.artifacts = {name: str(path) for name, path in artifacts.items()}
         result.status = OK
         return result, backend

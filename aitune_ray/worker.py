@@ -5,6 +5,9 @@ backends built here. It builds, checks and profiles candidates (candidate.run_ca
 re-measures finalists side by side (A B A B ...) and runs the kernel forge's tasks. InlineExecutor calls
 it directly in the driver; each Ray TunerActor (actors/tuner.py) is a thin shell around one.
 
+A worker that shares its GPU with other workers (shares_gpu) takes turns at it (aitune_ray.measure.turns):
+its timings have the GPU alone, its builds run beside the others' builds.
+
 Only builds that can still be finalists are kept (keep_built=False releases each build once its result is
 recorded: its memory, and the device's cached blocks, go back at once); a finalist that was released, or
 built elsewhere, is restored for re-measurement from its spec, exported state and artifacts.
@@ -27,6 +30,7 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.kernel_forge.tasks import ForgeTasks
 from aitune_ray.measure.timing import MeasureConfig, Timing, profile_samples, profile_side_by_side
+from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import ERROR, BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
@@ -73,10 +77,13 @@ def expose_main_globals(module: torch.nn.Module) -> list[str]:
 
 class Worker:
     """identity: {"node", "gpu"} stamped on every result. workdir: where builds write their files.
-    keep_built: keep every successful build alive (else each is released once its result is recorded)."""
+    keep_built: keep every successful build alive (else each is released once its result is recorded).
+    shares_gpu: other processes use this worker's GPU too: timings wait for their turn there."""
 
-    def __init__(self, workdir: Path, identity: dict | None = None, log_path: str = "", keep_built: bool = True):
+    def __init__(self, workdir: Path, identity: dict | None = None, log_path: str = "", keep_built: bool = True,
+                 shares_gpu: bool = False):
         self.workdir = Path(workdir)
+        self.shares_gpu = shares_gpu
         self.identity = dict(identity or {})
         self.log_path = log_path
         self.keep_built = keep_built
@@ -147,7 +154,8 @@ class Worker:
         module, samples, device = self._modules[name][1:]
         logger.info("timing eager %s on %s", name, device)
         self.baselines += 1
-        timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
+        with self.turns(device).timing():
+            timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
         self._note_memory(device)
         return {bs: t.to_dict() for bs, t in timings.items()}
 
@@ -156,7 +164,7 @@ class Worker:
         module, samples, device = self._modules[name][1:]
         logger.info("candidate %s of %s on %s", job.key, name, device)
         result, backend = run_candidate(job, module, samples, device, self._workdir(name),
-                                        self.log_path, stage=stage)
+                                        self.log_path, stage=stage, turns=self.turns(device))
         if self.identity:
             result.node, result.gpu = self.identity.get("node", result.node), self.identity.get("gpu", result.gpu)
         self._note_memory(device)
@@ -212,16 +220,19 @@ class Worker:
         module, samples, device = self._modules[name][1:]
         backends: dict[str, Backend] = {}
         errors: dict[str, str] = {}
+        turns = self.turns(device)
         for finalist in finalists:
             try:
-                backends[finalist["key"]] = self.restore(name, finalist)
+                with turns.building():
+                    backends[finalist["key"]] = self.restore(name, finalist)
             except Exception as exc:
                 logger.exception("cannot restore %s for re-measurement", finalist["key"])
                 errors[finalist["key"]] = f"{type(exc).__name__}: {exc}"
         calls: dict[str, Any] = {"eager": module}
         calls.update({key: backend.infer for key, backend in backends.items()})
         try:
-            timed = profile_side_by_side(calls, samples, device, rounds)
+            with turns.timing():
+                timed = profile_side_by_side(calls, samples, device, rounds)
         finally:
             for backend in backends.values():
                 backend.deactivate()
@@ -231,6 +242,17 @@ class Worker:
         logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self.identity.get("gpu", device))
         return {"eager": eager, "results": timed, "errors": errors, "node": self.identity.get("node", ""),
                 "gpu": self.identity.get("gpu", "")}
+
+    def forge_task(self, task: str, box: tuple, device: torch.device, *args: Any) -> dict:
+        """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks): a generator's run takes a build's
+        turn at a shared GPU, the benchmarks and timings a timing's."""
+        turns = self.turns(device)
+        with turns.building() if task == "generate" else turns.timing():
+            return getattr(self.forge, task)(box, device, *args)
+
+    def turns(self, device: torch.device):
+        """This worker's turns at device (no-ops unless it shares its GPU)."""
+        return turns_for(device, self.shares_gpu)
 
     # ----- memory -------------------------------------------------------------------------------
     def _release(self, key: tuple[str, str]) -> bool:
@@ -258,7 +280,9 @@ class Worker:
         import resource
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        waited = sum(turns_for(d, self.shares_gpu).waited_s for d in {entry[3] for entry in self._modules.values()})
         return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "modules": sorted(self._modules),
+                "shares_gpu": self.shares_gpu, "turn_wait_s": waited,
                 "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}
 
 

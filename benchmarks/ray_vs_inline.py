@@ -9,7 +9,8 @@ tune() call, one module after the other, and the wall times cover both; the tabl
 candidates.
 
 --runs lists the runs: "inline" (one process, one GPU, one candidate after another), "ray:N" (a local
-Ray with N tuner actors, one per GPU, started by the run) and "cluster:N" (N actors on a Ray head started
+Ray with N tuner actors, one per GPU, started by the run; "ray:NxK": K actors share each GPU, taking turns
+at it for their timings, see aitune_ray.measure.turns) and "cluster:N" (N actors on a Ray head started
 before the run, as `ray start --head` starts one for `ray job submit`: Ray's own start is then not in the
 run's wall; each such run has a head of its own, with the same fresh cache folders as the run). Each run is a process of its own, started one after the other,
 with fresh, empty Inductor and Triton cache folders, so no run reuses another's compiled kernels or
@@ -61,16 +62,26 @@ from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
 
 def parse_run(text: str) -> tuple[str, int]:
-    """("inline", 1) or ("ray", N) from "inline", "ray:N", "cluster:N" or either with ":WARMUP" (see
-    run_warm_up). A cluster run connects to a Ray head started before it (see HeadNode)."""
+    """("inline", 1) or ("ray", N) from "inline", "ray:N", "cluster:N", either with "xK" after N (K actors
+    per GPU, see actors_per_gpu) or with ":WARMUP" (see run_warm_up). A cluster run connects to a Ray head
+    started before it (see HeadNode)."""
     kind, _, rest = text.partition(":")
     count, _, warm = rest.partition(":")
+    gpus, _, per_gpu = count.partition("x")
     if kind == "inline" and not rest:
         return "inline", 1
-    if kind in ("ray", "cluster") and count.isdigit() and int(count) >= 1 and (not warm or warm in WARM_UP_MODES):
-        return "ray", int(count)
-    raise SystemExit(f"a run is 'inline', 'ray:N', 'cluster:N' or either with ':WARMUP' (N >= 1, WARMUP one "
-                     f"of {', '.join(WARM_UP_MODES)}), not {text!r}")
+    if (kind in ("ray", "cluster") and gpus.isdigit() and int(gpus) >= 1 and (not per_gpu or per_gpu.isdigit()
+                                                                               and int(per_gpu) >= 1)
+            and (not warm or warm in WARM_UP_MODES)):
+        return "ray", int(gpus)
+    raise SystemExit(f"a run is 'inline', 'ray:N', 'cluster:N', either as 'ray:NxK' (K actors per GPU) or with "
+                     f"':WARMUP' (N, K >= 1, WARMUP one of {', '.join(WARM_UP_MODES)}), not {text!r}")
+
+
+def actors_per_gpu(text: str) -> int:
+    """The actors that share each GPU in a Ray run: "ray:1x2" -> 2 (gpus_per_actor=0.5); 1 otherwise."""
+    count = text.split(":")[1] if ":" in text else ""
+    return int(count.partition("x")[2] or 1)
 
 
 class HeadNode:
@@ -247,9 +258,11 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     started_wall, started = time.time(), time.perf_counter()
     logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
     events: list[dict] = []
+    per_gpu = actors_per_gpu(run_name)
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
-                else ait.RayExecutor(args.address if run_name.startswith("cluster:") else None, max_actors=gpus,
-                                     log_dir=logs, progress=events.append, warm_up=run_warm_up(run_name)))
+                else ait.RayExecutor(args.address if run_name.startswith("cluster:") else None,
+                                     max_actors=gpus * per_gpu, gpus_per_actor=1 / per_gpu, log_dir=logs,
+                                     progress=events.append, warm_up=run_warm_up(run_name)))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
         # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
         faulthandler.dump_traceback_later(max(1.0, args.run_timeout - 15), exit=False)
@@ -300,7 +313,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         phases["of which ray.shutdown() s"] = round(executor.shutdown_s, 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
-    return {"run": run_name, "kind": kind, "gpus": actors if kind == "ray" else 1, "wall_s": wall, "phases": phases,
+    return {"run": run_name, "kind": kind, "gpus": max(1, actors // per_gpu) if kind == "ray" else 1,
+            "actors": actors if kind == "ray" else 0, "wall_s": wall, "phases": phases,
             "failures": dict(report.failures),
             "overhead_s": overhead, "chosen": chosen, "chosen_key": chosen_key, "speedups": speedups,
             "candidates": candidates, "modules": modules,

@@ -455,3 +455,32 @@ def test_on_a_ray_it_started_here_the_device_is_known_without_waiting_for_an_act
     assert executor.resolve_device(None) == torch.device("cuda") and asked == []
     executor._local = False
     assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]
+
+
+@pytest.mark.parametrize("actors, share, expected", [(1, 1, True), (2, 0.5, True), (2, 1, False), (4, 0.5, False),
+                                                     (1, 0, False)])
+def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, share, expected):
+    """On one GPU the driver times eager itself (RayExecutor._driver_times), also when several actors share
+    that GPU: they take turns at it (aitune_ray.measure.turns)."""
+    executor = RayExecutor(gpus_per_actor=share)
+    monkeypatch.setattr(executor, "_actors", lambda: actors)
+    assert executor._on_one_gpu() is expected
+    assert executor._shares_gpu() is (0 < share < 1)
+
+
+def test_two_actors_share_one_gpu_and_each_takes_turns_there(tmp_path):
+    """gpus_per_actor=0.5 on a node of one (fake) GPU: two actors on that GPU, both building, each one's
+    worker set to take turns at its GPU, and each compiling on half the node's CPUs."""
+    ray_init(num_cpus=2, num_gpus=1)
+    executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
+    try:
+        module = recorded("shared", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)]))
+        report = module.tune(executor=executor)
+        stats = executor.actor_stats()
+        identities = [slot.identity() for slot in executor.pool.alive()]
+    finally:
+        executor.close()
+        ray.shutdown()
+    assert [r.status for r in report.results] == [OK, OK, OK], [r.error for r in report.results]
+    assert len(stats) == 2 and all(s["shares_gpu"] for s in stats)
+    assert len({tuple(i["gpu_ids"]) for i in identities}) == 1     # one GPU, two actors

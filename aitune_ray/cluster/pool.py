@@ -80,7 +80,7 @@ class ActorPool:
         slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
         slot.actor = self._remote.options(num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
                                           max_concurrency=1, scheduling_strategy="SPREAD").remote(
-            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up)
+            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, self.num_gpus or 1.0)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
         slot.busy = False

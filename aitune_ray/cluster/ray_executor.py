@@ -45,6 +45,7 @@ from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, short
 from aitune_ray.measure.timing import Timing, profile_samples
+from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.warm_up import WARM_UP_MODES
 from aitune_ray.worker import finalist, remeasured_eager
@@ -398,14 +399,23 @@ class RayExecutor(Executor):
         module and its samples already on that GPU (no second copy of the weights), for a strategy that
         re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
         while the tuner actor is still starting, instead of after it: its start leaves the critical path.
-        On several GPUs one actor times it, while the others build."""
-        if not self._local or self._actors() != 1:
+        On several GPUs one actor times it, while the others build. Actors that share the one GPU (gpus_per_actor
+        below 1) wait for the driver's timing: it takes a timing's turn there (aitune_ray.measure.turns)."""
+        if not self._local or not self._on_one_gpu():
             return False
         if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
             return False
         tensors = [*context.module.parameters(), *context.module.buffers(),
                    *(t for sample in context.samples for t in _tensors(sample))]
         return all(t.device.type == "cuda" for t in tensors)
+
+    def _on_one_gpu(self) -> bool:
+        """Whether every actor of the pool is on one and the same GPU (one actor, or several sharing it)."""
+        return self.gpus_per_actor > 0 and self._actors() * self.gpus_per_actor <= 1 + 1e-9
+
+    def _shares_gpu(self) -> bool:
+        """Whether the actors share GPUs (gpus_per_actor below 1): they then take turns at them."""
+        return 0 < self.gpus_per_actor < 1
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
@@ -422,8 +432,9 @@ class RayExecutor(Executor):
         try:
             if on_driver:
                 logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
-                data = {bs: t.to_dict() for bs, t in
-                        profile_samples(context.module, context.samples, context.device, context.measure).items()}
+                with turns_for(context.device, self._shares_gpu()).timing():
+                    timed = profile_samples(context.module, context.samples, context.device, context.measure)
+                data = {bs: t.to_dict() for bs, t in timed.items()}
             else:
                 data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
                                                      context.measure.to_dict()), f"eager baseline of {context.name}")
