@@ -31,8 +31,9 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
 
     Returns the result record and, when the candidate is usable, the live built backend. stage: told
     "checking" and then "measuring" as the build's stages begin (a progress event each, inline). turns:
-    the device's turns (aitune_ray.measure.turns) where other processes share it: the build, its check
-    and its export take a build's turn, the profile a timing's.
+    the device's turns (aitune_ray.measure.turns) where other processes share it: the build and its
+    check take a build's turn, the profile a timing's (the export, host work that is mostly file copies,
+    waits for neither).
     """
     stage = stage or (lambda name: None)
     device = torch.device(device)
@@ -64,8 +65,7 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
             timings = profile_samples(backend.infer, samples, device, MeasureConfig.from_dict(job.measure))
         result.timings = {bs: t.to_dict() for bs, t in timings.items()}
         stage_name = "export"
-        with turns.building():
-            result.state, artifacts = backend.export()
+        result.state, artifacts = backend.export()
         result.artifacts = {name: str(path) for name, path in artifacts.items()}
         result.status = OK
         return result, backend

@@ -190,8 +190,7 @@ def test_a_candidate_builds_and_checks_in_a_build_turn_and_is_profiled_in_a_timi
     assert result.status == "ok", result.error
     assert built is not None
     assert seen[:4] == ["build begins", "_build in build", "infer in build", "build ends"]   # build, check
-    assert seen[4:7] == ["timing begins", "infer in timing", "timing ends"]                  # profile
-    assert seen[7:] == ["build begins", "build ends"]                                        # export
+    assert seen[4:] == ["timing begins", "infer in timing", "timing ends"]                   # profile
 
 
 @pytest.mark.parametrize("share, per_gpu", [(1.0, 1), (0.5, 2), (0.25, 4)])
