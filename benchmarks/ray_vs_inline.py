@@ -40,7 +40,6 @@ import faulthandler
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -98,9 +97,8 @@ class HeadNode:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.address = f"127.0.0.1:{port}"
-        beside = Path(sys.executable).with_name("ray")   # the ray command of this Python's environment
-        ray_cli = str(beside) if beside.exists() else (shutil.which("ray") or "ray")
-        cmd = [ray_cli, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+        # Ray's command line through this Python, which finds a Ray that has no console script installed
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
                f"--num-gpus={gpus}", "--include-dashboard=false", "--disable-usage-stats"]
         print(f"starting a Ray head for the cluster run at {self.address}", flush=True)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
