@@ -123,6 +123,19 @@ class HeadNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Remove Ray's note of the last `ray start` when it still names this head: a head stopped by a
+        signal leaves it, and a later ray.init() without an address would connect to the stopped head."""
+        try:
+            from ray._private.utils import get_ray_address_file
+
+            note = Path(get_ray_address_file(None))
+            if note.exists() and note.read_text().strip().endswith(":" + self.address.rpartition(":")[2]):
+                note.unlink()
+        except Exception as exc:   # another Ray: nothing to forget
+            print(f"Ray's note of the stopped head was left: {exc}", file=sys.stderr)
 
 
 def run_warm_up(text: str) -> str:

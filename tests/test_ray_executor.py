@@ -484,3 +484,22 @@ def test_two_actors_share_one_gpu_and_each_takes_turns_there(tmp_path):
     assert [r.status for r in report.results] == [OK, OK, OK], [r.error for r in report.results]
     assert len(stats) == 2 and all(s["shares_gpu"] for s in stats)
     assert len({tuple(i["gpu_ids"]) for i in identities}) == 1     # one GPU, two actors
+
+
+@pytest.mark.parametrize("gpus, here, expected", [(1.0, 1.0, True), (2.0, 2.0, True), (2.0, 1.0, False),
+                                                  (1.0, 0.0, False), (0.0, 0.0, False)])
+def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_are_its_node_s(
+        monkeypatch, gpus, here, expected):
+    """`ray job submit` to a one-GPU machine: the job's driver runs on the node of the only GPU, beside the
+    actor, and times eager itself while that actor starts (as in local mode); on a cluster with GPUs
+    elsewhere an actor times it."""
+    executor = RayExecutor("127.0.0.1:1")
+    nodes = [{"NodeID": "head", "Alive": True, "Resources": {"GPU": here} if here else {}},
+             {"NodeID": "other", "Alive": True, "Resources": {"GPU": gpus - here} if gpus > here else {}}]
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": gpus} if gpus else {})
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "get_runtime_context",
+                        lambda: type("Context", (), {"get_node_id": staticmethod(lambda: "head")})())
+    assert executor._driver_has_the_gpu() is expected
+    executor._local = True
+    assert executor._driver_has_the_gpu() is True

@@ -395,19 +395,36 @@ class RayExecutor(Executor):
 
     # ----- Executor -----------------------------------------------------------------------------
     def _driver_times(self, context: TuneContext) -> bool:
-        """Whether this driver may time eager itself: on a machine of one GPU where it started Ray, with the
+        """Whether this driver may time eager itself: on a machine of one GPU where it started Ray (or that
+        is the whole cluster and runs the driver, see _driver_has_the_gpu), with the
         module and its samples already on that GPU (no second copy of the weights), for a strategy that
         re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
         while the tuner actor is still starting, instead of after it: its start leaves the critical path.
         On several GPUs one actor times it, while the others build. Actors that share the one GPU (gpus_per_actor
         below 1) wait for the driver's timing: it takes a timing's turn there (aitune_ray.measure.turns)."""
-        if not self._local or not self._on_one_gpu():
-            return False
         if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
+            return False
+        if not self._on_one_gpu() or not self._driver_has_the_gpu():
             return False
         tensors = [*context.module.parameters(), *context.module.buffers(),
                    *(t for sample in context.samples for t in _tensors(sample))]
         return all(t.device.type == "cuda" for t in tensors)
+
+    def _driver_has_the_gpu(self) -> bool:
+        """Whether the cluster's GPUs are this driver's: a Ray started here, or a cluster whose GPUs are all
+        on the driver's node (`ray job submit` to a one-GPU machine, where the job's driver runs beside
+        the actors)."""
+        if self._local:
+            return True
+        try:
+            gpus = ray.cluster_resources().get("GPU", 0.0)
+            here = ray.get_runtime_context().get_node_id()
+            mine = next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == here and n["Alive"]),
+                        0.0)
+        except Exception as exc:   # an older or partial Ray: the actors time eager, as on a cluster
+            logger.debug("where the cluster's GPUs are is not known: %s", exc)
+            return False
+        return 0 < gpus <= mine + 1e-9
 
     def _on_one_gpu(self) -> bool:
         """Whether every actor of the pool is on one and the same GPU (one actor, or several sharing it)."""
