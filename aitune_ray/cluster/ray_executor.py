@@ -112,8 +112,11 @@ class RayExecutor(Executor):
 
     address: a Ray cluster to connect to (else RAY_ADDRESS, else an already initialized Ray, else Ray is
         started on this machine; close() shuts down only a Ray this executor started or connected).
-    gpus_per_actor / cpus_per_actor: resources of each actor; the pool has one actor per gpus_per_actor
-        GPUs of the cluster, at most max_actors. A cluster without GPUs gets max_actors (or 1) CPU actors.
+    gpus_per_actor: the GPUs of each actor; the pool has one actor per gpus_per_actor GPUs of the cluster, at
+        most max_actors. Below 1, several actors share each GPU (0.5: two): they build side by side and
+        take turns at it for every timing (aitune_ray.measure.turns), and each holds its own copy of the
+        model. A cluster without GPUs gets max_actors (or 1) CPU actors.
+    cpus_per_actor: the CPUs Ray reserves for each actor (its compile workers use its share of the node's).
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
     artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.artifacts).
