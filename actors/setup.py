@@ -14,6 +14,8 @@ from typing import TextIO
 import ray
 import torch
 
+from aitune_ray.warm_up import WarmUp
+
 
 def open_log(log_path: str) -> TextIO:
     """Send this process's logging, a segfault's traceback and, on SIGUSR1, every thread's stack
@@ -73,3 +75,13 @@ def compile_share(node_id: str, gpu_share: float = 1.0) -> int:
     gpus = _node_gpus(node_id) or torch.cuda.device_count()
     actors = max(1, round(int(gpus) / gpu_share)) if 0 < gpu_share else max(1, int(gpus))
     return max(2, (os.cpu_count() or 2) // actors)
+
+
+def start_warm_up(node_id: str, mode: str, gpu_share: float = 1.0) -> WarmUp | None:
+    """A GPU actor's warm-up (aitune_ray.warm_up), started on a thread of its own with the actor's share of
+    the node's CPUs for its compile workers; None on an actor without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    warm = WarmUp(compile_share(node_id, gpu_share), mode)
+    warm.start()
+    return warm

@@ -20,10 +20,9 @@ from typing import Any
 import ray
 import torch
 
-from actors.setup import compile_share, describe, open_log, process_started_at
+from actors.setup import describe, open_log, process_started_at, start_warm_up
 from aitune_ray.failures import pack_exception
 from aitune_ray.results import CandidateJob
-from aitune_ray.warm_up import WarmUp
 from aitune_ray.worker import Worker, device_for
 
 logger = logging.getLogger(__name__)
@@ -51,15 +50,11 @@ class TunerActor:
         self._identity = {**describe(slot), "log_path": log_path, "started_at": started,
                           "import_began_at": IMPORT_BEGAN_AT, "imported_at": IMPORTED_AT,
                           "process_started_at": process_started_at(), "described_at": time.time()}
-        # Beside the logs, in a folder the driver removes when it closes (on its own node; on the others
-        # cleanup() does it for actors still alive then).
+        # Beside the logs: the driver removes it at close on its node; cleanup() on the others
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
         self.worker = Worker(workdir, self._identity, log_path, shares_gpu=0 < gpu_share < 1)
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
-        # The warm-up runs on a thread of its own; the first task stops it (_ready)
-        self._warm = WarmUp(compile_share(self._identity["node_id"], gpu_share), warm_up) if torch.cuda.is_available() else None
-        if self._warm:
-            self._warm.start()
+        self._warm = start_warm_up(self._identity["node_id"], warm_up, gpu_share)   # the first task stops it
         self._identity["threads"] = torch.get_num_threads()
         self._identity["ready_at"] = time.time()   # wall clock: up, its warm-up under way (benchmarks read it)
 
