@@ -244,10 +244,12 @@ class Worker:
                 "gpu": self.identity.get("gpu", "")}
 
     def forge_task(self, task: str, box: tuple, device: torch.device, *args: Any) -> dict:
-        """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks): a generator's run takes a build's
-        turn at a shared GPU, the benchmarks and timings a timing's."""
-        turns = self.turns(device)
-        with turns.building() if task == "generate" else turns.timing():
+        """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks). At a shared GPU its benchmarks
+        and timings take a timing's turn; a generator's run takes none: it runs beside everything else, under
+        its own timeout (hours at most), which no build or timing may wait for."""
+        if task == "generate":
+            return self.forge.generate(box, device, *args)
+        with self.turns(device).timing():
             return getattr(self.forge, task)(box, device, *args)
 
     def turns(self, device: torch.device):

@@ -212,3 +212,27 @@ def test_on_a_gpu_the_turns_are_named_by_its_uuid_and_bind_other_processes():
     with turns.timing():
         assert probe(turns.path, "shared") == "busy"
     assert probe(turns.path, "alone") == "free"
+
+
+def test_a_worker_on_a_shared_gpu_times_forge_benchmarks_in_turn_but_never_holds_the_gpu_for_a_generator(
+        tmp_path, monkeypatch):
+    """A kernel generator may run for hours beside the builds: it takes no turn; a provider benchmark takes a
+    timing's."""
+    from aitune_ray import worker as worker_module
+    from aitune_ray.worker import Worker
+
+    turns = GpuTurns(lock_path("GPU-forge", str(tmp_path)))
+    monkeypatch.setattr(worker_module, "turns_for", lambda device, shared: turns if shared else NO_TURNS)
+    worker = Worker(tmp_path / "work", shares_gpu=True)
+    seen = {}
+
+    def task(name):
+        def run(box, device, *args):
+            seen[name] = probe(turns.path, "alone")
+            return {}
+        return run
+
+    for name in ("generate", "benchmark"):
+        monkeypatch.setattr(worker.forge, name, task(name))
+        worker.forge_task(name, ("token", None), torch.device("cpu"))
+    assert seen == {"generate": "free", "benchmark": "busy"}
