@@ -22,6 +22,7 @@ import torch
 
 from actors.setup import describe, open_log, process_started_at, start_warm_up
 from aitune_ray.failures import pack_exception
+from aitune_ray.measure.turns import shares_gpu
 from aitune_ray.results import CandidateJob
 from aitune_ray.worker import Worker, device_for
 
@@ -52,7 +53,7 @@ class TunerActor:
                           "process_started_at": process_started_at(), "described_at": time.time()}
         # Beside the logs: the driver removes it at close on its node; cleanup() on the others
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
-        self.worker = Worker(workdir, self._identity, log_path, shares_gpu=0 < gpu_share < 1)
+        self.worker = Worker(workdir, self._identity, log_path, shares_gpu=shares_gpu(gpu_share))
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
         self._warm = start_warm_up(self._identity["node_id"], warm_up, gpu_share)   # the first task stops it
         self._identity["threads"] = torch.get_num_threads()

@@ -40,5 +40,9 @@ def gpu_identity(device: torch.device) -> str:
     if device.type != "cuda":
         return "cpu"
     index = device.index if device.index is not None else torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
-    return f"{props.name} #{index} ({getattr(props, 'uuid', '')})"
+    return f"{torch.cuda.get_device_properties(index).name} #{index} ({gpu_uuid(index)})"
+
+
+def gpu_uuid(index: int) -> str:
+    """The UUID of the CUDA GPU at index ("" where torch does not report one)."""
+    return str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")

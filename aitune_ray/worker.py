@@ -15,6 +15,7 @@ built elsewhere, is restored for re-measurement from its spec, exported state an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -28,7 +29,7 @@ import torch
 import aitune_ray.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
-from aitune_ray.kernel_forge.tasks import ForgeTasks
+from aitune_ray.kernel_forge.tasks import TIMED_TASKS, ForgeTasks
 from aitune_ray.measure.timing import MeasureConfig, Timing, profile_samples, profile_side_by_side
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import ERROR, BuildResult, CandidateJob
@@ -244,12 +245,9 @@ class Worker:
                 "gpu": self.identity.get("gpu", "")}
 
     def forge_task(self, task: str, box: tuple, device: torch.device, *args: Any) -> dict:
-        """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks). At a shared GPU its benchmarks
-        and timings take a timing's turn; a generator's run takes none: it runs beside everything else, under
-        its own timeout (hours at most), which no build or timing may wait for."""
-        if task == "generate":
-            return self.forge.generate(box, device, *args)
-        with self.turns(device).timing():
+        """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks); those that time the GPU
+        (TIMED_TASKS) take a timing's turn at a shared GPU."""
+        with self.turns(device).timing() if task in TIMED_TASKS else contextlib.nullcontext():
             return getattr(self.forge, task)(box, device, *args)
 
     def turns(self, device: torch.device):

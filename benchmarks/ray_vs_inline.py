@@ -284,7 +284,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     opened = timed(executor, "open")
     closed = timed(executor, "close")
     identities: list[dict] = []
-    put_s = 0.0
+    put_s, turn_waits = 0.0, []
     try:
         report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
         overhead = None
@@ -292,6 +292,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
             import ray   # each actor's identity now: its warm-up's end (it runs on beside the first task)
 
             identities = ray.get([s.actor.identity.remote() for s in executor.pool.alive()])
+            turn_waits = [stats["turn_wait_s"] for stats in executor.actor_stats()]
             put_s = executor.put_s
             ready = [i.get("ready_at") for i in identities]
             overhead = max(r for r in ready if r) - started_wall if any(ready) else None
@@ -316,6 +317,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     phases = time_budget(events, results, identities, started_wall, wall, sum(materialized))
     if kind == "ray":
         phases["module and samples into the object store s"] = round(put_s, 2)
+        # actors that share a GPU: how long their timings and builds waited for a turn there, each
+        phases["waits for a turn at the shared GPU s (per actor)"] = ", ".join(f"{w:.2f}" for w in turn_waits)
         phases["executor.open() until it returned s"] = round(max(opened, default=0.0), 2)
         # a local Ray starts on a thread of its own, while the driver records, times eager and profiles
         phases["Ray start and actor creation (on open's thread) s"] = round(executor.open_s or 0.0, 2)

@@ -468,9 +468,9 @@ def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, sh
     assert executor._shares_gpu() is (0 < share < 1)
 
 
-def test_two_actors_share_one_gpu_and_each_takes_turns_there(tmp_path):
-    """gpus_per_actor=0.5 on a node of one (fake) GPU: two actors on that GPU, both building, each one's
-    worker set to take turns at its GPU, and each compiling on half the node's CPUs."""
+def test_two_actors_share_one_gpu_and_each_knows_it_shares(tmp_path):
+    """gpus_per_actor=0.5 on a node of one (fake) GPU: two actors on that GPU, the job's builds done, and each
+    one's worker set to take turns at its GPU (the turns themselves: tests/test_turns.py)."""
     ray_init(num_cpus=2, num_gpus=1)
     executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
     try:
@@ -489,11 +489,16 @@ def test_two_actors_share_one_gpu_and_each_takes_turns_there(tmp_path):
 @pytest.mark.parametrize("gpus, here, expected", [(1.0, 1.0, True), (2.0, 2.0, True), (2.0, 1.0, False),
                                                   (1.0, 0.0, False), (0.0, 0.0, False)])
 def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_are_its_node_s(
-        monkeypatch, gpus, here, expected):
+        monkeypatch, tmp_path, gpus, here, expected):
     """`ray job submit` to a one-GPU machine: the job's driver runs on the node of the only GPU, beside the
     actor, and times eager itself while that actor starts (as in local mode); on a cluster with GPUs
-    elsewhere an actor times it."""
+    elsewhere an actor times it. (CUDA is granted here, and the module has no tensor off the GPU.)"""
+    from aitune_ray.samples import SampleStore
+
     executor = RayExecutor("127.0.0.1:1")
+    monkeypatch.setattr(executor, "_actors", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cuda"), workdir=tmp_path)
     nodes = [{"NodeID": "head", "Alive": True, "Resources": {"GPU": here} if here else {}},
              {"NodeID": "other", "Alive": True, "Resources": {"GPU": gpus - here} if gpus > here else {}}]
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": gpus} if gpus else {})
@@ -501,5 +506,6 @@ def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_
     monkeypatch.setattr(ray, "get_runtime_context",
                         lambda: type("Context", (), {"get_node_id": staticmethod(lambda: "head")})())
     assert executor._driver_has_the_gpu() is expected
+    assert executor._driver_times(context) is expected
     executor._local = True
-    assert executor._driver_has_the_gpu() is True
+    assert executor._driver_has_the_gpu() is True and executor._driver_times(context) is True

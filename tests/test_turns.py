@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from aitune_ray.results import CandidateJob
 from aitune_ray.samples import Sample, SampleStore
 from helpers import FastBackend, HelperConfig
 
+ROOT = str(Path(__file__).resolve().parent.parent)
 PROBE = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
@@ -55,7 +57,7 @@ def probe(path: str, mode: str) -> str:
 @contextlib.contextmanager
 def held_elsewhere(path: str, mode: str):
     """Another process holding a turn at path ("alone": a timing's, "shared": a build's) until the block ends."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, path, mode], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -45,7 +45,7 @@ from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, short
 from aitune_ray.measure.timing import Timing, profile_samples
-from aitune_ray.measure.turns import turns_for
+from aitune_ray.measure.turns import shares_gpu, turns_for
 from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.warm_up import WARM_UP_MODES
 from aitune_ray.worker import finalist, remeasured_eager
@@ -435,7 +435,7 @@ class RayExecutor(Executor):
 
     def _shares_gpu(self) -> bool:
         """Whether the actors share GPUs (gpus_per_actor below 1): they then take turns at them."""
-        return 0 < self.gpus_per_actor < 1
+        return shares_gpu(self.gpus_per_actor)
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else

@@ -24,6 +24,9 @@ from aitune_ray.samples import move
 logger = logging.getLogger(__name__)
 
 CACHED_FUNCTIONS = 8
+# The tasks that time the GPU: at a GPU that workers share they take a timing's turn (aitune_ray.measure.turns).
+# A generator's run ("generate") is not one: it may run for hours beside everything, under its own timeout.
+TIMED_TASKS = frozenset({"benchmark", "original", "interleaved"})
 
 
 class ForgeTasks:

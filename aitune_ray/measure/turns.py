@@ -19,13 +19,14 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
 from typing import Iterator
 
 import torch
+
+from aitune_ray.device import gpu_uuid
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +35,15 @@ _guard = threading.Lock()
 _turns: dict[str, "GpuTurns"] = {}
 
 
+def shares_gpu(gpu_share: float) -> bool:
+    """Whether a worker holding gpu_share GPUs shares its GPU with others (and so takes turns at it)."""
+    return 0 < gpu_share < 1
+
+
 def lock_path(key: str, folder: str | None = None) -> str:
-    """The lock file of the GPU named key (its UUID), in folder (default: the temp folder)."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", key) or "gpu"
-    return os.path.join(folder or tempfile.gettempdir(), f"aitune-ray-gpu-{name}.lock")
+    """The lock file of the GPU named key (its UUID, hex digits and dashes), in folder (default: the temp
+    folder)."""
+    return os.path.join(folder or tempfile.gettempdir(), f"aitune-ray-gpu-{key}.lock")
 
 
 class GpuTurns:
@@ -108,7 +114,6 @@ def turns_for(device: torch.device, shared: bool, folder: str | None = None) -> 
     if not shared or device.type != "cuda":
         return NO_TURNS
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or f"index{index}")
-    path = lock_path(key, folder)
+    path = lock_path(gpu_uuid(index) or f"index{index}", folder)
     with _guard:
         return _turns.setdefault(path, GpuTurns(path))
