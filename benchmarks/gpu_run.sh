@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -19,7 +19,7 @@ for part in $parts; do
   echo "== $part $(date +%T)"
   case $part in
     tests)
-      timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py -m gpu -v \
+      timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py tests/test_profile_process.py -m gpu -v \
         -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
       grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -20 ;;
     ort)   # needs onnxruntime-gpu staged (stage.sh ort-gpu): ONNX Runtime's GPU tests, then ort_gpu.py on the ViT
@@ -70,6 +70,16 @@ for part in $parts; do
         timeout 100 python benchmarks/host_modes.py --bursts 15 --out "$out/host_modes_$i.md" > "$out/host_modes_$i.log" 2>&1
         echo "host_modes.py run $i: exit $?"; tail -8 "$out/host_modes_$i.log"
       done ;;
+    driver-plan)   # eager in a Ray driver before and after a tuning with a kernel plan, the plan's profile made in a
+      # child process and in the driver, alternating (about 3 minutes)
+      timeout ${DRIVER_PLAN_S:-420} python benchmarks/driver_after_plan.py --repeats ${REPEATS:-2} \
+        --out "$out/driver_after_plan.md" > "$out/driver_after_plan.log" 2>&1
+      echo "driver_after_plan.py: exit $?"; grep "^|" "$out/driver_after_plan.md"; tail -3 "$out/driver_after_plan.log" ;;
+    profile-tests)   # the GPU tests of the plan's profile in a child process, and a Ray driver's exit after it
+      timeout 240 python -m pytest tests/test_profile_process.py \
+        "tests/test_forge_ray.py::test_a_ray_driver_that_profiled_on_its_gpu_exits_when_done" -m gpu -v \
+        -p no:cacheprovider -o log_level=WARNING > "$out/profile_tests.log" 2>&1
+      grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed|Error" "$out/profile_tests.log" | tail -20 ;;
     ao-encoder)   # TorchAO fp8wo on the fp16 encoder, compiled and with compile=False (under a minute)
       timeout 150 python benchmarks/torchao_encoder.py --quantization fp8wo > "$out/torchao_encoder.txt" 2>&1
       echo "torchao_encoder.py: exit $?"; grep "^compile=\|^TorchAO" "$out/torchao_encoder.txt" ;;

@@ -117,7 +117,7 @@ def test_a_cuda_trace_without_kernels_is_made_once_more(monkeypatch, caplog):
     columns = list(profiler_module.PROFILE_COLUMNS)
     empty, full = pd.DataFrame(columns=columns), pd.DataFrame([["m", "M", "gelu", "op", "k", 1.0]], columns=columns)
     traces = [(empty, {}), (full, {"gelu": []})]
-    monkeypatch.setattr(profiler_module, "_uses_cuda", lambda module, data: True)
+    monkeypatch.setattr(profiler_module, "uses_cuda", lambda module, data: True)
     monkeypatch.setattr(ModuleFunctionKernelProfiler, "_trace", lambda self, *args: traces.pop(0))
     frame, data = ModuleFunctionKernelProfiler().profile(ForgeBlock().eval(), block_samples((2,)),
                                                          warmup_iterations=0)

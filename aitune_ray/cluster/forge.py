@@ -1,7 +1,8 @@
 """RayForgeRunner: the kernel forge's tasks spread over a RayExecutor's GPU actors (injected into a
 KernelOptimizer, whose search and choice rule, kernel_forge.selection, are the same as in one process).
 
-The driver profiles once (KernelOptimizer.profile_functions, as inline) and puts each selected function's
+The driver profiles once (KernelOptimizer.profile_functions, as inline; a CUDA trace in a child process of
+the driver, cluster.profile_process, so that the driver keeps no CUDA profiler attached) and puts each selected function's
 recorded samples in the object store once (on the CPU). Then, as actor tasks (TunerActor.forge):
 
 - every generator runs on an actor; its generation_timeout counts from that task's submission, and a
@@ -44,7 +45,9 @@ from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
 from aitune_ray.executor import failed_plan
 from aitune_ray.kernel_forge.optimizer import BenchmarkJob, FunctionSearch, KernelOptimizer
+from aitune_ray.kernel_forge.profiler import uses_cuda
 from aitune_ray.kernel_forge.runner import ForgeRunner
+from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError, profile_in_child
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.kernel_forge.selection import finalists_to_remeasure  # noqa: F401 (for callers)
 from aitune_ray.results import BuildResult, CandidateJob
@@ -71,12 +74,14 @@ class RayForgeRunner(ForgeRunner):
     """
 
     # This process is Ray's driver: after Kineto's CUPTI teardown it would hang at exit, its work done
-    # (benchmarks/exit_check.py, torch 2.11 with Ray 2.60 on an H200).
+    # (benchmarks/exit_check.py, torch 2.11 with Ray 2.60 on an H200). So a CUDA trace runs in a child
+    # process (cluster.profile_process); only when that fails is it made here, and CUPTI then stays.
     teardown_cupti = False
 
     def __init__(self, executor, intent: str | None = None, on_queue: Callable[[], None] | None = None,
-                 context=None):
+                 context=None, profile_child: ProfileChild | None = None):
         self.executor, self.intent, self.on_queue, self.context = executor, intent, on_queue, context
+        self.profile_child = profile_child   # started ahead (PlanRun); else one is started when needed
         self._cancelled = threading.Event()
         self._scheduler: Scheduler | None = None
         self._boxes: dict[str, list] = {}
@@ -84,6 +89,22 @@ class RayForgeRunner(ForgeRunner):
     def cancel(self) -> None:
         """Stop a search running on another thread: it raises Cancelled."""
         self._cancelled.set()
+
+    def profile(self, opt, profiler, function, data, module):
+        """A CUDA trace in a child process (cluster.profile_process); a CPU one here, as it needs no CUPTI."""
+        if uses_cuda(module, data):
+            child, self.profile_child = self.profile_child, None
+            try:
+                if child is None:
+                    return profile_in_child(profiler, function, data, module, opt.warmup_iterations)
+                return child.profile(profiler, function, data, module, opt.warmup_iterations)
+            except ProfileProcessError as exc:
+                logger.warning("%s; profiling in this process instead, which keeps CUDA's profiler attached to it "
+                               "(each later kernel launch here costs more)", exc)
+            finally:
+                if child is not None:
+                    child.close()
+        return super().profile(opt, profiler, function, data, module)
 
     def open(self, opt) -> None:
         self.executor.open()
@@ -212,6 +233,10 @@ class PlanRun:
         self.started = self.seconds = 0.0
         self._planner: Planner | None = None
         self._class = None
+        # On a GPU the profile is made in a child process (cluster.profile_process): start it now, so that its
+        # start overlaps the driver's eager baseline instead of delaying the builds, which wait for the profile.
+        cuda = torch.device(context.device).type == "cuda" and torch.cuda.is_available()
+        self._child = ProfileChild(str(context.device)) if cuda else None
 
     def start(self) -> None:
         """Profile here, on the calling thread; then search on a thread of its own."""
@@ -220,17 +245,25 @@ class PlanRun:
         try:
             self._class = backend_class_of(self.job.spec)
             intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
-            self._planner = self._class.planner(
-                self.job.spec, RayForgeRunner(self.executor, intent, on_queue=self.ready.set, context=ctx))
+            self._planner = self._class.planner(self.job.spec, RayForgeRunner(
+                self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
             self._planner.profile(ctx.module, ctx.samples)
         except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
             self._failed(exc)
             return
+        finally:
+            self._close_child()
         threading.Thread(target=self._run, name=f"plan-{self.job.key}", daemon=True).start()
 
     def cancel(self) -> None:
+        self._close_child()
         if self._planner is not None:
             self._planner.cancel()
+
+    def _close_child(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:   # unused: a CPU trace, a plan without samples, or the batch was cancelled
+            child.close()
 
     def _failed(self, exc: Exception) -> None:
         logger.error("[%s] the plan of %s failed: %s: %s", self.context.name, self.job.key, type(exc).__name__, exc)

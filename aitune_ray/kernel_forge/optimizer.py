@@ -169,8 +169,7 @@ class KernelOptimizer:
             logger.info("no kernel providers or generators: empty kernel plan")
             return ProfiledFunctions({}, [], [])
         profiler = self.kernel_profiler_factory(function_names=self.supported_functions())
-        frame, function_data = profiler.profile(function, data, module=module, warmup_iterations=self.warmup_iterations,
-                                                teardown_cupti=self.runner.teardown_cupti)
+        frame, function_data = self.runner.profile(self, profiler, function, data, module)
         self.summary = profiler.describe_results(frame, function_data, SUMMARY_LIMIT)
         provider_fns = [f for f in self.select_functions(self.summary, self.kernel_providers,
                                                          self.provider_min_time_share_percent) if f in function_data]

@@ -12,8 +12,9 @@ attached to the process after the trace, and every later kernel launch costs mor
 144455). Timing done after profiling, in the same process, would then hold that cost against whatever
 was measured second. A process that runs Ray's driver is the exception (profile(teardown_cupti=False),
 which the Ray runner asks for): there Kineto's teardown makes the process hang at exit, after its work
-(benchmarks/exit_check.py). Such a trace is noted (aitune_ray.measure.conditions), and the post-deploy
-checks timed later in that process say so.
+(benchmarks/exit_check.py). So the Ray runner makes a CUDA trace in a child process
+(aitune_ray.cluster.profile_process), and in the driver only when that child fails; such a trace is noted
+(aitune_ray.measure.conditions), and the post-deploy checks timed later in that process say so.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def _run(function: Callable, data: Sequence | None) -> None:
         function(*args, **kwargs)
 
 
-def _uses_cuda(module: nn.Module, data: Sequence | None) -> bool:
+def uses_cuda(module: nn.Module, data: Sequence | None) -> bool:
+    """Whether a profile of module over data traces CUDA: CUDA is up and the module or the first input is on it."""
     if not torch.cuda.is_available():
         return False
     tensors = list(itertools.chain(module.parameters(), module.buffers()))
@@ -100,7 +102,7 @@ def _uses_cuda(module: nn.Module, data: Sequence | None) -> bool:
     return any(t.device.type == "cuda" for t in tensors)
 
 
-def _prime_cuda_profiler(teardown: bool = True) -> None:
+def prime_cuda_profiler(teardown: bool = True) -> None:
     """Some profiler stacks drop kernels of a process's first session: run one and throw it away."""
     global _cuda_primed
     if not _cuda_primed:
@@ -183,7 +185,7 @@ class ModuleFunctionKernelProfiler:
             raise ValueError("module must be given when function is not an nn.Module")
         if warmup_iterations < 0:
             raise ValueError("warmup_iterations must be at least 0")
-        cuda = _uses_cuda(module, data)
+        cuda = uses_cuda(module, data)
         with torch.no_grad():
             for _ in range(warmup_iterations):
                 _run(function, data)
@@ -199,7 +201,7 @@ class ModuleFunctionKernelProfiler:
     def _trace(self, function: Callable, data, module: nn.Module, cuda: bool, teardown: bool = True):
         if cuda:
             torch.cuda.synchronize()
-            _prime_cuda_profiler(teardown)
+            prime_cuda_profiler(teardown)
         self._local = threading.local()
         self._ids = itertools.count(1)
         self._calls: dict[int, tuple[str, str]] = {}

@@ -25,8 +25,9 @@ class ForgeRunner:
     """The work of one search. open() before the first task, close() after the last (also on failure).
     opt is the KernelOptimizer searching, searches its FunctionSearch per function, jobs BenchmarkJobs.
 
-    teardown_cupti: whether the profile made in this process detaches CUPTI after its CUDA trace
-    (kernel_forge.profiler); a runner whose process is also a Ray driver says False."""
+    profile() makes the kernel profiler's trace (here: in this process); teardown_cupti: whether a profile
+    made in this process detaches CUPTI after its CUDA trace (kernel_forge.profiler); a runner whose process
+    is also a Ray driver says False, and makes a CUDA trace in a child process instead."""
 
     teardown_cupti = True
 
@@ -38,6 +39,11 @@ class ForgeRunner:
 
     def cancel(self) -> None:
         """Stop a search running on another thread (it then raises; see the runner)."""
+
+    def profile(self, opt, profiler, function, data, module):
+        """profiler's profile of function over data (its rows and each function's samples), in this process."""
+        return profiler.profile(function, data, module=module, warmup_iterations=opt.warmup_iterations,
+                                teardown_cupti=self.teardown_cupti)
 
     def benchmark(self, opt, jobs: list,
                   searches: dict) -> Iterable[ProviderBenchmark]:
