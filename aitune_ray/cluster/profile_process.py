@@ -72,7 +72,8 @@ def device_of_module(module: nn.Module) -> str:
 class ProfileChild:
     """One child process that makes one profile. It starts at once and gets ready while the caller does
     other work (Python, torch, the profiler's imports, a CUDA context on device and one throw-away trace);
-    profile() then hands it the job and waits. close() ends it, used or not."""
+    profile() then hands it the job and waits. close() ends it, used or not. While it gets ready, its work on
+    the GPU is a handful of tiny kernels (microseconds of GPU time) beside whatever the driver times then."""
 
     def __init__(self, device: str = "cpu"):
         self.folder = tempfile.mkdtemp(prefix="aitune-ray-profile-")
