@@ -169,6 +169,16 @@ def test_a_child_started_ahead_waits_for_its_job_and_one_never_used_is_ended():
     assert unused.proc is None and not os.path.exists(unused.folder) and not os.path.exists(ahead.folder)
 
 
+def test_a_child_dropped_without_close_is_ended_all_the_same():
+    import gc
+
+    child = ProfileChild("cpu")
+    proc, folder = child.proc, child.folder
+    del child
+    gc.collect()
+    assert proc.returncode is not None and not os.path.exists(folder)
+
+
 def test_the_ray_runner_uses_the_child_it_was_given_once(monkeypatch):
     monkeypatch.setattr(forge_module, "uses_cuda", lambda module, data: True)
     monkeypatch.setattr(forge_module, "profile_in_child", lambda *a, **k: pytest.fail("the given child goes first"))

@@ -2,8 +2,8 @@
 KernelOptimizer, whose search and choice rule, kernel_forge.selection, are the same as in one process).
 
 The driver profiles once (KernelOptimizer.profile_functions, as inline; a CUDA trace in a child process of
-the driver, cluster.profile_process, so that the driver keeps no CUDA profiler attached) and puts each selected function's
-recorded samples in the object store once (on the CPU). Then, as actor tasks (TunerActor.forge):
+the driver, cluster.profile_process, so that the driver keeps no CUDA profiler attached) and puts each
+selected function's recorded samples in the object store once (on the CPU). Then, as actor tasks (TunerActor.forge):
 
 - every generator runs on an actor; its generation_timeout counts from that task's submission, and a
   generator still running at its deadline has its actor killed and replaced; every other result is kept.

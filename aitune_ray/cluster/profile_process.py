@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -90,6 +91,8 @@ class ProfileChild:
             self.error = ""
         except OSError as exc:
             self.proc, self.error = None, f"the profiling child process could not start: {exc}"
+        # Ended and its folder removed also when its owner is dropped without close(), or at exit.
+        self._finalizer = weakref.finalize(self, _end, self.proc, self.folder)
 
     def profile(self, profiler, function: Callable, data: Sequence | None, module: nn.Module,
                 warmup_iterations: int, timeout_s: float = PROFILE_TIMEOUT_S) -> tuple[Any, dict[str, FunctionData]]:
@@ -153,14 +156,18 @@ class ProfileChild:
 
     def close(self) -> None:
         """End the child (killed if it still runs) and remove its folder."""
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc is not None and proc.stdin is not None and not proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.proc = None
+        self._finalizer()
+
+
+def _end(proc: subprocess.Popen | None, folder: str) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc is not None and proc.stdin is not None and not proc.stdin.closed:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _restored(result: dict, module: nn.Module) -> tuple[Any, dict[str, FunctionData]]:
