@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from aitune_ray.errors import DeviceError
@@ -33,6 +35,13 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if index >= count:
         raise DeviceError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s)")
     return torch.device("cuda", index)
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """The device of module's first parameter or buffer (the CPU when it has none)."""
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
 
 
 def gpu_identity(device: torch.device) -> str:

@@ -13,10 +13,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.weights import save_weights
+from aitune_ray.device import module_device
 from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.imports import short_name
 from aitune_ray.module import Module, ModuleState, find_modules
@@ -32,10 +31,7 @@ def tuned_device(module: Module) -> str:
         return str(module.backend.device)
     if module.report is not None and getattr(module.report, "device", ""):
         return str(module.report.device)
-    for tensor in module.module.state_dict().values():
-        if isinstance(tensor, torch.Tensor):
-            return str(tensor.device)
-    return "cpu"
+    return str(module_device(module.module))
 
 
 def describe_module(path: str, module: Module) -> tuple[dict, dict[str, Path]]:

@@ -43,6 +43,7 @@ from aitune_ray.backend.backend import Planner, backend_class_of
 from aitune_ray.cluster.forge_tasks import Cancelled, Scheduler, Work
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
+from aitune_ray.device import module_device
 from aitune_ray.executor import failed_plan
 from aitune_ray.kernel_forge.optimizer import BenchmarkJob, FunctionSearch, KernelOptimizer
 from aitune_ray.kernel_forge.profiler import uses_cuda
@@ -235,8 +236,8 @@ class PlanRun:
         self._class = None
         # On a GPU the profile is made in a child process (cluster.profile_process): start it now, so that its
         # start overlaps the driver's eager baseline instead of delaying the builds, which wait for the profile.
-        cuda = torch.device(context.device).type == "cuda" and torch.cuda.is_available()
-        self._child = ProfileChild(str(context.device)) if cuda else None
+        cuda = uses_cuda(context.module, context.samples)   # the runner's own rule (RayForgeRunner.profile)
+        self._child = ProfileChild(str(module_device(context.module))) if cuda else None
 
     def start(self) -> None:
         """Profile here, on the calling thread; then search on a thread of its own."""

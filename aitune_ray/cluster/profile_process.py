@@ -23,7 +23,6 @@ its folder. Run as ``python -m aitune_ray.cluster.profile_process FOLDER DEVICE`
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import pickle
@@ -38,7 +37,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from aitune_ray.device import module_device
 from aitune_ray.errors import AITuneRayError
+from aitune_ray.failures import short
 from aitune_ray.kernel_forge.function_samples import FunctionData
 from aitune_ray.kernel_forge.profiler import PROFILE_COLUMNS, iter_calls
 from aitune_ray.samples import map_structure, tensors_of
@@ -56,18 +57,11 @@ def profile_in_child(profiler, function: Callable, data: Sequence | None, module
                      warmup_iterations: int, timeout_s: float = PROFILE_TIMEOUT_S) -> tuple[Any, dict[str, FunctionData]]:
     """profiler.profile(function, data, module=module, warmup_iterations=...) run in a fresh child process
     (ProfileChild.profile; see there)."""
-    child = ProfileChild(device_of_module(module))
+    child = ProfileChild(str(module_device(module)))
     try:
         return child.profile(profiler, function, data, module, warmup_iterations, timeout_s)
     finally:
         child.close()
-
-
-def device_of_module(module: nn.Module) -> str:
-    """The device of module's first parameter or buffer ("cpu" when it has none)."""
-    for tensor in itertools.chain(module.parameters(), module.buffers()):
-        return str(tensor.device)
-    return "cpu"
 
 
 class ProfileChild:
@@ -141,9 +135,9 @@ class ProfileChild:
         except subprocess.TimeoutExpired as exc:
             raise ProfileProcessError(f"the profiling child process gave no result within {timeout_s:g} s") from exc
         if code != 0 or not os.path.exists(os.path.join(self.folder, "result.pkl")):
-            tail = self._stderr().strip().splitlines()[-12:]
+            tail = " | ".join(self._stderr().strip().splitlines()[-12:])
             raise ProfileProcessError(f"the profiling child process ended with code {code}: "
-                                      + (" | ".join(tail) or "no output"))
+                                      f"{short(tail, 1500) if tail else 'no output'}")
         if self._stderr().strip():
             logger.debug("profiling child process said: %s", self._stderr().strip()[-4000:])
 
