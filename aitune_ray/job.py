@@ -66,7 +66,7 @@ class ExecutorSpec:
 
     type: str = "ray"
     address: str | None = None
-    gpus_per_actor: float = bounded(1, 0, 1024)
+    gpus_per_actor: float | None = bounded(None, 0, 1024)
     cpus_per_actor: float = bounded(1, 0, 4096)
     max_actors: int | None = bounded(None, 1, 100_000)
     task_timeout_s: float = bounded(1800.0, 0.001, 30 * 86400)

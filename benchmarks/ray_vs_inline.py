@@ -77,10 +77,12 @@ def parse_run(text: str) -> tuple[str, int]:
                      f"':WARMUP' (N, K >= 1, WARMUP one of {', '.join(WARM_UP_MODES)}), not {text!r}")
 
 
-def actors_per_gpu(text: str) -> int:
-    """The actors that share each GPU in a Ray run: "ray:1x2" -> 2 (gpus_per_actor=0.5); 1 otherwise."""
+def actors_per_gpu(text: str) -> int | None:
+    """The actors that share each GPU in a Ray run: "ray:1x2" -> 2 (gpus_per_actor=0.5), "ray:1x1" -> 1;
+    None without "x": RayExecutor's own choice (aitune_ray.cluster.layout)."""
     count = text.split(":")[1] if ":" in text else ""
-    return int(count.partition("x")[2] or 1)
+    per_gpu = count.partition("x")[2]
+    return int(per_gpu) if per_gpu else None
 
 
 class HeadNode:
@@ -270,9 +272,12 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     logs = str(Path(args.log_dir) / run_name.replace(":", "-")) if args.log_dir else None
     events: list[dict] = []
     per_gpu = actors_per_gpu(run_name)
+    # The executor's own layout: on all of this machine's GPUs, or capped at one actor per GPU on fewer.
+    own = per_gpu is None and gpus >= max(1, torch.cuda.device_count())
     executor = (ait.InlineExecutor(progress=events.append) if kind == "inline"
                 else ait.RayExecutor(args.address if run_name.startswith("cluster:") else None,
-                                     max_actors=gpus * per_gpu, gpus_per_actor=1 / per_gpu, log_dir=logs,
+                                     max_actors=None if own else gpus * (per_gpu or 1),
+                                     gpus_per_actor=None if per_gpu is None else 1 / per_gpu, log_dir=logs,
                                      progress=events.append, warm_up=run_warm_up(run_name)))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
         # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
@@ -322,11 +327,16 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         phases["executor.open() until it returned s"] = round(max(opened, default=0.0), 2)
         # a local Ray starts on a thread of its own, while the driver records, times eager and profiles
         phases["Ray start and actor creation (on open's thread) s"] = round(executor.open_s or 0.0, 2)
+        phases["actors per GPU (the executor's choice)"] = (
+            f"{executor.layout.actors_per_gpu}: {executor.layout.reason}" if executor.layout is not None
+            else f"{round(1 / executor.gpus_per_actor) if executor.gpus_per_actor else 0}"
+                 + (", as asked" if per_gpu else ", one per GPU on a Ray not started by the run"))
     phases["executor.close() s"] = round(sum(closed), 2)
     if getattr(executor, "shutdown_s", None) is not None:
         phases["of which ray.shutdown() s"] = round(executor.shutdown_s, 2)
     if report.failures:
         print(f"{run_name}: modules that failed to tune: {report.failures}", file=sys.stderr)
+    per_gpu = round(1 / executor.gpus_per_actor) if kind == "ray" and executor.gpus_per_actor else 1
     return {"run": run_name, "kind": kind, "gpus": max(1, actors // per_gpu) if kind == "ray" else 1,
             "actors": actors if kind == "ray" else 0, "wall_s": wall, "phases": phases,
             "failures": dict(report.failures),

@@ -26,6 +26,7 @@ import logging
 import os
 import platform
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -35,7 +36,9 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
+from aitune_ray.cluster import layout
 from aitune_ray.cluster.detached import DetachedBackend
+from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
@@ -115,7 +118,10 @@ class RayExecutor(Executor):
     gpus_per_actor: the GPUs of each actor; the pool has one actor per gpus_per_actor GPUs of the cluster, at
         most max_actors. Below 1, several actors share each GPU (0.5: two): they build side by side and
         take turns at it for every timing (aitune_ray.measure.turns), and each holds its own copy of the
-        model. A cluster without GPUs gets max_actors (or 1) CPU actors.
+        model. None (the default): 1, except on a Ray this executor starts on this machine, where two
+        actors share each GPU when the first batch has more builds than GPUs, the node has the CPUs for
+        their compiles, and two actors' copies of the model fit in a GPU's memory beside the driver's
+        (aitune_ray.cluster.layout). A cluster without GPUs gets max_actors (or 1) CPU actors.
     cpus_per_actor: the CPUs Ray reserves for each actor (its compile workers use its share of the node's).
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
@@ -129,12 +135,12 @@ class RayExecutor(Executor):
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
     """
 
-    def __init__(self, address: str | None = None, *, gpus_per_actor: float = 1, cpus_per_actor: float = 1,
+    def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
                  progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
                  warm_up: str = "compile"):
-        if gpus_per_actor < 0 or cpus_per_actor < 0:
+        if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
         if max_actors is not None and max_actors < 1:
             raise ConfigError(f"max_actors must be at least 1, got {max_actors}")
@@ -145,7 +151,11 @@ class RayExecutor(Executor):
             raise ConfigError(f"warm_up must be one of {', '.join(WARM_UP_MODES)}, got {warm_up!r}")
         artifacts.check_artifact_dir(artifact_dir)
         self.address = address
-        self.gpus_per_actor, self.cpus_per_actor, self.max_actors = gpus_per_actor, cpus_per_actor, max_actors
+        self.gpus_per_actor = 1.0 if gpus_per_actor is None else gpus_per_actor   # the layout in use
+        self.cpus_per_actor, self.max_actors = cpus_per_actor, max_actors
+        self.layout: Layout | None = None   # the executor's own choice (gpus_per_actor=None), once made
+        self._layout_open = gpus_per_actor is None   # the choice may still follow the first batch
+        self._layout_lock = threading.Lock()
         self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
@@ -211,6 +221,7 @@ class RayExecutor(Executor):
                          _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
             self._own_ray = True
         resources = ray.cluster_resources()
+        self._close_layout("no batch had come when Ray was up")
         size, num_gpus = self._layout(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
         self._own_log_dir = None if self.log_dir else log_dir
@@ -221,6 +232,33 @@ class RayExecutor(Executor):
         self.open_s = time.perf_counter() - started
         logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
                     log_dir)
+
+    def _choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
+        """With gpus_per_actor=None, on a Ray being started here: the actors per GPU for this first batch
+        (aitune_ray.cluster.layout), unless the pool was made already."""
+        with self._layout_lock:
+            if not self._layout_open:
+                return
+            self._layout_open = False
+            if not (self._local and self._local_gpus > 0 and torch.device(context.device).type == "cuda"):
+                return
+            if self.max_actors is not None and self.max_actors <= self._local_gpus:
+                self.layout = Layout(1, f"max_actors={self.max_actors}")
+            else:
+                tensors = [*context.module.parameters(), *context.module.buffers(),
+                           *(t for sample in context.samples for t in _tensors(sample))]
+                self.layout = layout.choose(job_bytes=layout.tensor_bytes(tensors), gpu_bytes=layout.local_gpu_bytes(),
+                                            gpus=self._local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
+            self.gpus_per_actor = self.layout.gpus_per_actor
+            logger.info("%d tuner actor(s) per GPU: %s", self.layout.actors_per_gpu, self.layout.reason)
+
+    def _close_layout(self, why: str) -> None:
+        """The pool is being made: the layout is what it is now."""
+        with self._layout_lock:
+            if self._layout_open and self._local and self._local_gpus > 0:
+                self.layout = Layout(1, why)
+                logger.info("one tuner actor per GPU: %s", why)
+            self._layout_open = False
 
     def _layout(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
         """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
@@ -468,6 +506,7 @@ class RayExecutor(Executor):
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         self.open()
+        self._choose_layout(context, jobs)
         return RayRunHandle(self, context, jobs)
 
     def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
