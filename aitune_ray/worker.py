@@ -91,6 +91,7 @@ class Worker:
         self.forge = ForgeTasks(self.identity)
         self.loads = 0
         self.baselines = 0
+        self.restores = 0           # finalists restored from their spec here (built elsewhere, or released)
         self.peak_memory_bytes = 0
         self._modules: dict[str, tuple[Any, torch.nn.Module, Any, torch.device]] = {}
         self._built: dict[tuple[str, str], Backend] = {}
@@ -212,6 +213,7 @@ class Worker:
             backend = Backend.from_spec(finalist["spec"])
             backend.restore(module, finalist.get("state") or {}, files, device, where)
             self._built[(name, finalist["key"])] = backend
+            self.restores += 1
         backend.activate()
         return backend
 
@@ -281,7 +283,8 @@ class Worker:
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         waited = sum(turns_for(d, self.shares_gpu).waited_s for d in {entry[3] for entry in self._modules.values()})
-        return {"loads": self.loads, "baselines": self.baselines, "pid": os.getpid(), "modules": sorted(self._modules),
+        return {"loads": self.loads, "baselines": self.baselines, "restores": self.restores, "pid": os.getpid(),
+                "modules": sorted(self._modules),
                 "shares_gpu": self.shares_gpu, "turn_wait_s": waited,
                 "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}
 

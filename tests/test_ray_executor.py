@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import time
@@ -484,6 +485,45 @@ def test_two_actors_share_one_gpu_and_each_knows_it_shares(tmp_path):
     assert [r.status for r in report.results] == [OK, OK, OK], [r.error for r in report.results]
     assert len(stats) == 2 and all(s["shares_gpu"] for s in stats)
     assert len({tuple(i["gpu_ids"]) for i in identities}) == 1     # one GPU, two actors
+
+
+def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):
+    """Two actors on one (fake) GPU: the re-measure runs on the actor that built most finalists, so that only
+    the others' finalists are restored there (a JIT backend is compiled again to be restored)."""
+    ray_init(num_cpus=2, num_gpus=1)
+    executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
+    try:
+        module = recorded("holder", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)], remeasure_margin=10.0))
+        report = module.tune(executor=executor)
+        stats = executor.actor_stats()
+    finally:
+        executor.close()
+        ray.shutdown()
+    finalists = [r for r in report.results if r.remeasured]
+    assert len(finalists) == 3, [(r.key, r.status, r.error) for r in report.results]
+    built = collections.Counter(r.log_path for r in finalists)
+    assert sum(s["restores"] for s in stats) == len(finalists) - max(built.values()), (built, stats)
+
+
+def test_the_re_measure_goes_to_the_actor_that_built_most_finalists_even_when_it_is_not_the_first(
+        monkeypatch, tmp_path):
+    """The choice itself, without Ray: two slots on one GPU; the second built two of the three finalists."""
+    from aitune_ray.cluster.pool import Slot
+    from aitune_ray.samples import SampleStore
+
+    where = {"node": "host", "gpu": "H200 #0"}
+    slots = [Slot(i, actor=object(), generation=1, log_path=f"actor{i}.1.log", info=dict(where)) for i in (0, 1)]
+    executor = RayExecutor(gpus_per_actor=0.5)
+    executor.pool = type("Pool", (), {"alive": staticmethod(lambda: slots)})()
+    called = []
+    monkeypatch.setattr(executor, "_call", lambda slot, *args: called.append(slot) or {
+        "eager": {}, "results": {}, "errors": {}, "node": "host", "gpu": "H200 #0"})
+    monkeypatch.setattr(executor, "_box", lambda context: [None, None])
+    context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cpu"), workdir=tmp_path)
+    results = [BuildResult(key=f"k{i}", backend="B", spec={}, status=OK, log_path=f"actor{a}.1.log", **where)
+               for i, a in enumerate((1, 0, 1))]
+    executor.remeasure(context, results, {})
+    assert called == [slots[1]]
 
 
 @pytest.mark.parametrize("gpus, here, expected", [(1.0, 1.0, True), (2.0, 2.0, True), (2.0, 1.0, False),

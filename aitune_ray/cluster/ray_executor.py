@@ -381,12 +381,18 @@ class RayExecutor(Executor):
         self._boxes[context.name] = (context.module, context.samples, box)
         return box
 
-    def _slot(self, prefer: set | None = None) -> Slot:
+    def _slot(self, prefer: set | None = None, holder: str = "") -> Slot:
+        """A live slot: the one whose actor writes the log holder (the actor that built the results at hand,
+        which then need no restore), else one on a (node, gpu) in prefer, else an idle one."""
         self.open()
         slots = self.pool.alive()
         slots = [s for s in slots if s.generation == 1 or s.ready()] or slots   # not a replacement still pending
         if not slots:
             raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
+        if holder:
+            for slot in slots:
+                if slot.log_path == holder:
+                    return slot
         if prefer:
             for slot in slots:
                 info = slot.identity()
@@ -529,8 +535,11 @@ class RayExecutor(Executor):
             return None
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         prefer = {identities.most_common(1)[0][0]}
+        # Among the actors there (several share a GPU), the one that built most finalists restores fewest.
+        holders = collections.Counter(r.log_path for r in results if r.log_path)
+        holder = holders.most_common(1)[0][0] if holders else ""
         for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            slot = self._slot(prefer=prefer)
+            slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
             started = time.monotonic()
             self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
                       finalists=[r.key for r in results])
