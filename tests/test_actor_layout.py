@@ -80,7 +80,7 @@ def test_the_first_batch_on_a_ray_started_here_sets_the_layout_and_a_later_one_d
     assert executor.gpus_per_actor == 1.0 and executor.layout is None
     executor._choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 2 and executor.gpus_per_actor == 0.5
-    assert executor._layout(1.0, 16.0) == (2, 0.5)
+    assert executor._pool_shape(1.0, 16.0) == (2, 0.5)
     assert executor._on_one_gpu() and executor._shares_gpu()   # the driver times eager there, taking its turn
     executor._choose_layout(_context(tmp_path), _jobs(1))      # a second module's batch changes nothing
     executor._close_layout("the pool is made")
@@ -93,7 +93,7 @@ def test_a_pool_made_before_any_batch_came_has_one_actor_per_gpu_and_says_why(mo
     executor._choose_layout(_context(tmp_path), _jobs(4))
     assert executor.gpus_per_actor == 1.0
     assert executor.layout.actors_per_gpu == 1 and executor.layout.reason == "no batch had come when Ray was up"
-    assert executor._layout(1.0, 16.0) == (1, 1.0)
+    assert executor._pool_shape(1.0, 16.0) == (1, 1.0)
 
 
 @pytest.mark.parametrize("kwargs, local, device", [
@@ -120,4 +120,4 @@ def test_the_model_and_its_samples_are_what_the_memory_rule_weighs(monkeypatch, 
     executor._choose_layout(context, _jobs(3))
     weights = (64 * 64 + 64) * 4
     assert seen == {"job_bytes": weights + 2 * 4 * 64 * 4, "gpu_bytes": H200, "gpus": 2, "cpus": 32, "builds": 3}
-    assert executor.layout.actors_per_gpu == 2 and executor._layout(2.0, 32.0) == (4, 0.5)
+    assert executor.layout.actors_per_gpu == 2 and executor._pool_shape(2.0, 32.0) == (4, 0.5)

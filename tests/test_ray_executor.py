@@ -505,14 +505,20 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
     assert sum(s["restores"] for s in stats) == len(finalists) - max(built.values()), (built, stats)
 
 
+@pytest.mark.parametrize("gpus, built, expected", [
+    ((0, 0), (1, 0, 1), 1),                  # one GPU: the second actor built two of the three finalists
+    ((0, 0, 1), (0, 0, 1, 1, 2, 2, 2), 0),   # GPU 0 measured most finalists (4, two per actor): one of its
+])                                           # actors, not GPU 1's, although that one built more (3)
 def test_the_re_measure_goes_to_the_actor_that_built_most_finalists_even_when_it_is_not_the_first(
-        monkeypatch, tmp_path):
-    """The choice itself, without Ray: two slots on one GPU; the second built two of the three finalists."""
+        monkeypatch, tmp_path, gpus, built, expected):
+    """The choice itself, without Ray: slot i on GPU gpus[i]; finalist j built by slot built[j]. The re-measure
+    goes to the GPU that measured most finalists, and there to the actor that built most of them."""
     from aitune_ray.cluster.pool import Slot
     from aitune_ray.samples import SampleStore
 
-    where = {"node": "host", "gpu": "H200 #0"}
-    slots = [Slot(i, actor=object(), generation=1, log_path=f"actor{i}.1.log", info=dict(where)) for i in (0, 1)]
+    where = [{"node": "host", "gpu": f"H200 #{g}"} for g in gpus]
+    slots = [Slot(i, actor=object(), generation=1, log_path=f"actor{i}.1.log", info=dict(where[i]))
+             for i in range(len(gpus))]
     executor = RayExecutor(gpus_per_actor=0.5)
     executor.pool = type("Pool", (), {"alive": staticmethod(lambda: slots)})()
     called = []
@@ -520,10 +526,10 @@ def test_the_re_measure_goes_to_the_actor_that_built_most_finalists_even_when_it
         "eager": {}, "results": {}, "errors": {}, "node": "host", "gpu": "H200 #0"})
     monkeypatch.setattr(executor, "_box", lambda context: [None, None])
     context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cpu"), workdir=tmp_path)
-    results = [BuildResult(key=f"k{i}", backend="B", spec={}, status=OK, log_path=f"actor{a}.1.log", **where)
-               for i, a in enumerate((1, 0, 1))]
+    results = [BuildResult(key=f"k{i}", backend="B", spec={}, status=OK, log_path=f"actor{a}.1.log", **where[a])
+               for i, a in enumerate(built)]
     executor.remeasure(context, results, {})
-    assert called == [slots[1]]
+    assert called == [slots[expected]]
 
 
 @pytest.mark.parametrize("gpus, here, expected", [(1.0, 1.0, True), (2.0, 2.0, True), (2.0, 1.0, False),

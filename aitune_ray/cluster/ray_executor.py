@@ -222,7 +222,7 @@ class RayExecutor(Executor):
             self._own_ray = True
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")
-        size, num_gpus = self._layout(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
+        size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
         self._own_log_dir = None if self.log_dir else log_dir
         self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
@@ -260,7 +260,7 @@ class RayExecutor(Executor):
                 logger.info("one tuner actor per GPU: %s", why)
             self._layout_open = False
 
-    def _layout(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
+    def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
         """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
         if gpus > 0 and self.gpus_per_actor > 0:
             num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
@@ -281,7 +281,7 @@ class RayExecutor(Executor):
     def _actors(self) -> int:
         """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
         if self._pool is None and self._local and self._starting is not None and not self._starting.done():
-            return self._layout(self._local_gpus, None, quiet=True)[0]
+            return self._pool_shape(self._local_gpus, None, quiet=True)[0]
         return len(self.pool.slots) if self.pool is not None else 0
 
     def close(self) -> None:
@@ -534,9 +534,10 @@ class RayExecutor(Executor):
         if not results:
             return None
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
-        prefer = {identities.most_common(1)[0][0]}
-        # Among the actors there (several share a GPU), the one that built most finalists restores fewest.
-        holders = collections.Counter(r.log_path for r in results if r.log_path)
+        best = identities.most_common(1)[0][0]
+        prefer = {best}
+        # Among the actors on that GPU (several may share it), the one that built most finalists restores fewest.
+        holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
         holder = holders.most_common(1)[0][0] if holders else ""
         for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
             slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
