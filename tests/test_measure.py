@@ -444,14 +444,17 @@ def test_side_by_side_rounds_are_paired_shuffled_and_reproducible():
             now[0] += ms * x.shape[0] / 1e3
         return call
 
+    def timed_calls(log):   # each size's calls less its 3 warm-up calls
+        return [c for bs in (2, 4) for c in [c for c in log if c[1] == bs][3:]]
+
     calls = {"eager": make("eager", 1.0), "a": make("a", 0.5), "b": make("b", 2.0)}
     cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0)
     with timing.use_clock(lambda: now[0]):
         timed = profile_side_by_side(calls, store, CPU, rounds=12, config=cfg, seed=3)
-        timed_order = order[6:]
+        timed_order = timed_calls(order)
         order.clear()
         again = profile_side_by_side(calls, store, CPU, rounds=12, config=cfg, seed=3)
-    assert order[6:] == timed_order                              # the same seed, the same orders
+    assert timed_calls(order) == timed_order                     # the same seed, the same orders
     rounds = [tuple(n for n, bs in timed_order[i:i + 3]) for i in range(0, len(timed_order), 3)]
     assert all(sorted(r) == ["a", "b", "eager"] for r in rounds)  # every call once per round and size
     assert len(set(rounds)) > 1                                   # in orders that change
@@ -460,3 +463,34 @@ def test_side_by_side_rounds_are_paired_shuffled_and_reproducible():
             assert len(timed[name][bs].rounds_ms) == 12 == timed[name][bs].runs
     assert timed["a"][4].median_ms == pytest.approx(2.0) and timed["b"][2].median_ms == pytest.approx(4.0)
     assert again["a"][4].rounds_ms == pytest.approx(timed["a"][4].rounds_ms)
+
+
+def test_side_by_side_runs_one_batch_size_at_a_time_after_untimed_load():
+    """A serving loop runs one batch size back to back: all rounds of a size follow one another, each
+    size's after settle_ms of untimed load, the calls in turn, and that load is in no timing."""
+    from aitune_ray.measure.timing import profile_side_by_side
+
+    store = _store([2, 4])
+    log = []
+    now = [0.0]
+
+    def make(name, ms):
+        def call(x, k):
+            log.append((name, x.shape[0], now[0]))
+            now[0] += ms / 1e3
+        return call
+
+    calls = {"eager": make("eager", 1.0), "a": make("a", 3.0)}
+    cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0, cpu_settle_ms=40.0)
+    with timing.use_clock(lambda: now[0]):
+        timed = profile_side_by_side(calls, store, CPU, rounds=5, config=cfg)
+    sizes = [bs for _, bs, _ in log]
+    assert sizes == sorted(sizes)                                 # every call at 2 before any at 4
+    for bs in (2, 4):
+        at = [(name, t) for name, b, t in log if b == bs]
+        settle = at[2:-10]                                        # less the warm-ups and the 5 rounds of 2 calls
+        assert [n for n, _ in settle[:4]] == ["eager", "a", "eager", "a"]   # the calls in turn
+        assert settle[-1][1] - settle[0][1] >= 40e-3 - 4e-3       # for the settle time, give or take a pass
+        assert len(settle) == 2 * 10                              # 10 passes of 4 ms reach 40 ms
+        assert timed["eager"][bs].rounds_ms == pytest.approx([1.0] * 5)
+        assert timed["a"][bs].rounds_ms == pytest.approx([3.0] * 5)

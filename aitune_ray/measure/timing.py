@@ -14,13 +14,22 @@ two synchronizes and clock reads (~10 us) fall below 0.1%. A long call (20 ms or
 min_burst calls. Measured on an H200 (benchmarks/harness_agreement.py --sweep, a CUDA-graph ViT-B at
 batch 8 and 32): 10 ms bursts read it about 3% slower than 50 ms ones (the ramp); 50 and 200 ms agree
 within 1%; a user's loop of 400 back-to-back calls reads the GPU-bound batch 32 about 2% slower than
-either, with the SM clock 1.5-2% lower under that sustained load, which no burst short enough for 20
-rounds reproduces. On the CPU calls are synchronous, so a burst only averages the timer and scheduler
-noise: cpu_burst_ms (5 ms) is enough, and a call of 5 ms or more is timed alone.
+either, with the SM clock 1.5-2% lower under that sustained load. On the CPU calls are synchronous, so a
+burst only averages the timer and scheduler noise: cpu_burst_ms (5 ms) is enough, and a call of 5 ms or
+more is timed alone.
+
+Sustained load. A serving loop keeps the GPU busy at one batch size for seconds, and the GPU lowers its
+SM clock under that load; a compute-bound candidate (one CUDA graph, no gaps) slows with the clock more
+than host-bound eager does. So the side-by-side rounds run one recorded batch size at a time, all its
+rounds back to back, after settle_ms (1 s) of untimed load: the callables in turn, a burst each. On the
+H200, rounds that alternated batch sizes read a CUDA-graph ViT-B at batch 32 at 1950-1960 MHz and 2-3%
+faster than a user's loop of 100 calls (1930 MHz) did, with eager alike in both: the tuner's speedup at
+that size read 3.5-5% above the user's in every run. The CPU's clock does not follow load that way, and
+cpu_settle_ms is 0.
 
 Measuring cost: a 9-candidate job re-measured side by side (eager + 9 finalists, 2 batch sizes, 30
-rounds of 50 ms bursts) spends 10 x 2 x 30 x 50 ms = 30 s timing, twice that when the decision needs
-the doubled round count.
+rounds of 50 ms bursts) spends 10 x 2 x 30 x 50 ms = 30 s timing, plus 2 x 1 s settling, twice that
+when the decision needs the doubled round count.
 
 CUDA events are read around one extra burst as a cross-check (Timing.event_ms), never to decide.
 Single-call latency (one call between two synchronizes) is measured separately and reported as
@@ -58,6 +67,8 @@ class MeasureConfig:
     max_burst: int = 10_000        # calls per burst at most
     min_burst: int = 3             # on a GPU, calls per burst at least
     cpu_burst_ms: float = 5.0      # on the CPU, bursts last at least this (a longer call is timed alone)
+    settle_ms: float = 1000.0      # on a GPU, untimed load before the side-by-side rounds of each batch size
+    cpu_settle_ms: float = 0.0     # the same on the CPU
     latency_runs: int = 10         # single calls timed for the latency p50/p90 (0: none)
 
     def to_dict(self) -> dict:
@@ -72,6 +83,10 @@ class MeasureConfig:
         if torch.device(device).type == "cpu":
             return self.cpu_burst_ms, 1
         return self.burst_ms, self.min_burst
+
+    def settle_target(self, device: torch.device) -> float:
+        """Milliseconds of untimed load before the side-by-side rounds of one batch size, on this device."""
+        return self.cpu_settle_ms if torch.device(device).type == "cpu" else self.settle_ms
 
 
 @dataclasses.dataclass
@@ -222,6 +237,24 @@ def _warm(fn: Callable[[], object], device: torch.device, runs: int) -> None:
     _sync(device)
 
 
+def _settle(fns: dict[str, Callable[[], object]], lengths: dict[str, int], device: torch.device,
+            settle_ms: float) -> int:
+    """Untimed load for at least settle_ms: the callables in turn, a burst of each, as the rounds will run
+    them, so that the GPU's clock has settled where a serving loop's runs. Returns the passes made."""
+    if settle_ms <= 0:
+        return 0
+    _sync(device)
+    end = _clock() + settle_ms / 1e3
+    passes = 0
+    while _clock() < end:
+        for name, fn in fns.items():
+            for _ in range(lengths[name]):
+                fn()
+        passes += 1
+    _sync(device)
+    return passes
+
+
 def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
             config: MeasureConfig | None = None) -> Timing:
     """Time fn() at one batch size under the stop rule of config, then its single-call latency."""
@@ -288,10 +321,11 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
                          config: MeasureConfig | None = None, seed: int = 0) -> dict[str, dict[int, Timing]]:
     """Paired, interleaved rounds: {name: {batch size: Timing}} whose rounds_ms are paired by index.
 
-    Every round times every call once at every recorded batch size, in an order shuffled anew for each
-    round and batch size (seeded: the same seed gives the same orders), so that drift and periodic
-    interference hit them alike and each round is a paired comparison. Each call cycles through that
-    size's samples; each is warmed up first and keeps its own burst length."""
+    One recorded batch size at a time, as a serving loop runs it: each call is warmed up and gets its own
+    burst length, then settle_ms of untimed load (the module docstring says why), then the rounds, back to
+    back. Every round times every call once, in an order shuffled anew for each round (seeded: the same
+    seed gives the same orders), so that drift and periodic interference hit them alike and each round is
+    a paired comparison. Each call cycles through that size's samples."""
     cfg = config or MeasureConfig()
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
@@ -300,14 +334,14 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
            for bs in sizes}
     times = {name: {bs: [] for bs in sizes} for name in calls}
     recompiles = {name: {bs: 0 for bs in sizes} for name in calls}
+    lengths = {}
     with torch.no_grad():
-        lengths = {}
         for bs in sizes:
             for name, fn in fns[bs].items():
                 _warm(fn, device, cfg.warmup_runs)
                 lengths[(name, bs)] = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
-        for _ in range(rounds):
-            for bs in sizes:
+            _settle(fns[bs], {name: lengths[(name, bs)] for name in calls}, device, cfg.settle_target(device))
+            for _ in range(rounds):
                 order = list(calls)
                 order_rng.shuffle(order)
                 for name in order:
