@@ -136,7 +136,8 @@ class InlineExecutor(Executor):
         self._load(context)
         where, started = self.where(context), time.monotonic()
         self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
-        out = self.worker.remeasure(context.name, [finalist(r) for r in results], self.remeasure_rounds)
+        out = self.worker.remeasure(context.name, [finalist(r) for r in results], self.remeasure_rounds,
+                                    context.measure.to_dict())
         self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
         eager = remeasured_eager(results, out)
         logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(out["results"]))

@@ -217,8 +217,9 @@ class Worker:
         backend.activate()
         return backend
 
-    def remeasure(self, name: str, finalists: list[dict], rounds: int) -> dict:
-        """Time eager and every finalist in turn (A B A B ...) at each recorded batch size, here.
+    def remeasure(self, name: str, finalists: list[dict], rounds: int, measure: dict | None = None) -> dict:
+        """Time eager and every finalist in turn (A B A B ...) at each recorded batch size, here, with the
+        strategy's MeasureConfig (measure, its to_dict(); None: the defaults).
         Returns {"eager", "results" (key -> timings), "errors" (key -> why not), "node", "gpu"}."""
         module, samples, device = self._modules[name][1:]
         backends: dict[str, Backend] = {}
@@ -235,7 +236,8 @@ class Worker:
         calls.update({key: backend.infer for key, backend in backends.items()})
         try:
             with turns.timing():
-                timed = profile_side_by_side(calls, samples, device, rounds)
+                timed = profile_side_by_side(calls, samples, device, rounds,
+                                             MeasureConfig.from_dict(measure) if measure else None)
         finally:
             for backend in backends.values():
                 backend.deactivate()

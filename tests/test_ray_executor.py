@@ -88,6 +88,20 @@ class TestOneNode:
         (result,) = module.report.results
         assert result.status == ERROR and "exception" not in result.to_dict()
 
+    @pytest.mark.parametrize("where", ["inline", "ray"])
+    def test_the_re_measure_times_with_the_strategys_measure_config_on_either_executor(self, executor, where):
+        """A strategy's burst length reaches the side-by-side re-measure, on the worker of either path: one
+        call per burst here, where the default's 5 ms bursts hold many calls of these sub-millisecond ones."""
+        single_calls = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2, cpu_burst_ms=0.0)
+        strategy = ait.MaxThroughputStrategy([fast(tag=31), fast(tag=32)], measure_config=single_calls,
+                                             remeasure_margin=100.0)
+        module = recorded(f"measure-config-{where}", strategy)
+        report = module.tune(executor=InlineExecutor(remeasure_rounds=5) if where == "inline" else executor)
+        assert report.remeasured_baseline
+        assert {t["calls_per_burst"] for t in report.remeasured_baseline.values()} == {1}
+        for r in report.results:
+            assert r.remeasured and {t["calls_per_burst"] for t in r.remeasured.values()} == {1}
+
     def test_a_build_released_on_its_result_is_gone_before_its_actor_builds_the_next(self, executor, tmp_path):
         """One actor, four builds, the first the fastest: MaxThroughput releases each later one as its result
         arrives (out of reach of the best). Each release reaches the actor before its next build, so every

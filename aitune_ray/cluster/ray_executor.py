@@ -546,7 +546,7 @@ class RayExecutor(Executor):
                       finalists=[r.key for r in results])
             try:
                 out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context),
-                                                     payload, self.remeasure_rounds),
+                                                     payload, self.remeasure_rounds, context.measure.to_dict()),
                                  f"re-measurement of {context.name}")
                 break
             except BuildError as exc:

@@ -68,7 +68,7 @@ class MeasureConfig:
     min_burst: int = 3             # on a GPU, calls per burst at least
     cpu_burst_ms: float = 5.0      # on the CPU, bursts last at least this (a longer call is timed alone)
     settle_ms: float = 1000.0      # on a GPU, untimed load before the side-by-side rounds of each batch size
-    cpu_settle_ms: float = 0.0     # the same on the CPU
+    cpu_settle_ms: float = 0.0     # on the CPU, untimed load before those rounds (its clock does not follow load)
     latency_runs: int = 10         # single calls timed for the latency p50/p90 (0: none)
 
     def to_dict(self) -> dict:
