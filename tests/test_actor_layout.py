@@ -121,3 +121,20 @@ def test_the_model_and_its_samples_are_what_the_memory_rule_weighs(monkeypatch, 
     weights = (64 * 64 + 64) * 4
     assert seen == {"job_bytes": weights + 2 * 4 * 64 * 4, "gpu_bytes": H200, "gpus": 2, "cpus": 32, "builds": 3}
     assert executor.layout.actors_per_gpu == 2 and executor._pool_shape(2.0, 32.0) == (4, 0.5)
+
+
+@pytest.mark.parametrize("size, share, shares, first", [
+    (2, 0.5, [0.501, 0.499], 1),                        # one GPU: one actor at once, the other after
+    (4, 0.5, [0.501, 0.501, 0.499, 0.499], 2),          # two GPUs: one on each, then one more on each
+    (3, 0.5, [0.501, 0.501, 0.499], 2),
+    (1, 0.5, [0.5], 1),
+    (4, 1.0, [1.0] * 4, 4), (3, 0.0, [0.0] * 3, 3),     # GPUs not shared, CPU actors: all at once
+    (6, 1 / 3, [1 / 3] * 6, 6),                         # three per GPU: all at once, as asked
+])
+def test_actors_that_share_gpus_start_one_per_gpu_then_the_rest_in_shares_that_fill_each_gpu(size, share, shares,
+                                                                                               first):
+    got, wave = layout.start_shares(size, share)
+    assert got == pytest.approx(shares) and wave == first
+    if wave < size:
+        assert got[0] > 0.5                                   # no two of the first wave fit on one GPU
+        assert got[0] + got[-1] <= 1.0 and round((got[0] + got[-1]) * 1e4) == 1e4   # a later one fills it

@@ -483,22 +483,30 @@ def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, sh
     assert executor._shares_gpu() is (0 < share < 1)
 
 
-def test_two_actors_share_one_gpu_and_each_knows_it_shares(tmp_path):
-    """gpus_per_actor=0.5 on a node of one (fake) GPU: two actors on that GPU, the job's builds done, and each
-    one's worker set to take turns at its GPU (the turns themselves: tests/test_turns.py)."""
-    ray_init(num_cpus=2, num_gpus=1)
-    executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
+def test_actors_that_share_gpus_start_one_per_gpu_first_then_the_rest_and_each_knows_it_shares(tmp_path):
+    """gpus_per_actor=0.5 on a node of two (fake) GPUs, three actors: the first wave is one actor per GPU,
+    the third starts only once those have answered, beside one of them; the job's builds are done, and each
+    actor's worker is set to take turns at its GPU (the turns themselves: tests/test_turns.py)."""
+    ray_init(num_cpus=2, num_gpus=2)
+    executor = RayExecutor(gpus_per_actor=0.5, max_actors=3, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
     try:
+        executor.open()
+        pool = executor.pool
+        started = [s.generation for s in pool.slots]              # nothing has asked for an actor yet
+        first = ray.get([s.ready_ref for s in pool.slots[:2]], timeout=120)
+        alive = len(pool.alive())                                 # the first wave has answered
         module = recorded("shared", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)]))
         report = module.tune(executor=executor)
         stats = executor.actor_stats()
-        identities = [slot.identity() for slot in executor.pool.alive()]
+        identities = [slot.identity() for slot in pool.alive()]
     finally:
         executor.close()
         ray.shutdown()
+    assert started == [1, 1, 0] and alive == 3
+    assert sorted(tuple(i["gpu_ids"]) for i in first) == [("0",), ("1",)]   # one per GPU
     assert [r.status for r in report.results] == [OK, OK, OK], [r.error for r in report.results]
-    assert len(stats) == 2 and all(s["shares_gpu"] for s in stats)
-    assert len({tuple(i["gpu_ids"]) for i in identities}) == 1     # one GPU, two actors
+    assert len(stats) == 3 and all(s["shares_gpu"] for s in stats)
+    assert sorted(collections.Counter(tuple(i["gpu_ids"]) for i in identities).values()) == [1, 2]
 
 
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):

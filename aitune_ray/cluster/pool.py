@@ -4,6 +4,9 @@ A slot whose actor died or was killed gets a fresh actor on the same resources. 
 failure (crash, timeout, out of memory) are limited per slot by max_restarts; a slot that used them up
 is retired. Kills that only stop unwanted work (cancel) do not count.
 
+Actors that share GPUs start in two waves, one per GPU first and the others once those have answered (or
+after LATER_AFTER_S): aitune_ray.cluster.layout.start_shares says why and how.
+
 Several driver threads may share the pool (a batch's builds and the kernel forge's tasks): acquire()
 hands out idle slots under a lock, and work that registered demand (the forge, whose plan a composite
 build waits for) gets idle slots before plain acquirers do.
@@ -14,20 +17,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from actors.tuner import TunerActor
+from aitune_ray.cluster.layout import start_shares
 
 logger = logging.getLogger(__name__)
+
+LATER_AFTER_S = 60.0   # the second wave starts by then even when an actor of the first has not answered
 
 
 @dataclasses.dataclass
 class Slot:
     index: int
-    actor: Any = None                 # ActorHandle, None while retired
+    actor: Any = None                 # ActorHandle, None while retired or not started yet
+    num_gpus: float = 0.0             # what its actor asks Ray for
     generation: int = 0
     restarts: int = 0                 # replacements after failures
     log_path: str = ""
@@ -71,25 +79,46 @@ class ActorPool:
         self.lock = threading.RLock()
         self.demand: dict[int, int] = {}  # owner id -> tasks waiting for a slot, served first
         self.closed = False
-        self.slots = [Slot(i) for i in range(size)]
-        for slot in self.slots:
+        shares, first = start_shares(size, num_gpus)
+        self.slots = [Slot(i, num_gpus=share) for i, share in enumerate(shares)]
+        self._later, self._made = self.slots[first:], time.monotonic()   # the second wave, not started yet
+        for slot in self.slots[:first]:
             self._spawn(slot)
+        if self._later:
+            logger.info("%d tuner actor(s) start now, one per GPU; %d more once those have answered", first,
+                        len(self._later))
+
+    def _start_later(self) -> None:
+        """Start the second wave once every actor of the first has answered or is gone (or LATER_AFTER_S)."""
+        if not self._later:
+            return
+        with self.lock:
+            first = [s for s in self.slots if s not in self._later]
+            waited = time.monotonic() - self._made
+            if self._later and not self.closed and (waited > LATER_AFTER_S or
+                                                    all(not s.alive or s.ready() for s in first)):
+                later, self._later = self._later, []
+                logger.info("starting %d more tuner actor(s), %.1f s after the first", len(later), waited)
+                for slot in later:
+                    self._spawn(slot)
 
     def _spawn(self, slot: Slot) -> None:
         slot.generation += 1
         slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
-        slot.actor = self._remote.options(num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
+        slot.actor = self._remote.options(num_gpus=slot.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
                                           max_concurrency=1, scheduling_strategy="SPREAD").remote(
-            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, self.num_gpus or 1.0)
+            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, slot.num_gpus or 1.0)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
         slot.busy = False
         logger.debug("slot %d: actor generation %d, log %s", slot.index, slot.generation, slot.log_path)
 
     def alive(self) -> list[Slot]:
+        self._start_later()
         return [s for s in self.slots if s.alive]
 
     def idle(self) -> list[Slot]:
+        self._start_later()
         return [s for s in self.slots if s.alive and not s.busy]
 
     def acquire(self, *, urgent: bool = False, prefer: tuple | None = None, only: bool = False) -> Slot | None:
