@@ -509,6 +509,33 @@ def test_actors_that_share_gpus_start_one_per_gpu_first_then_the_rest_and_each_k
     assert sorted(collections.Counter(tuple(i["gpu_ids"]) for i in identities).values()) == [1, 2]
 
 
+@pytest.mark.parametrize("how", ["answered", "died", "never answered"])
+def test_the_second_wave_starts_once_the_first_has_answered_or_died_or_after_the_time_limit(
+        monkeypatch, tmp_path, how):
+    """Without Ray: actors are started by a stand-in. The second wave waits while an actor of the first is
+    starting, and starts once it answered, once it is gone, or once LATER_AFTER_S has passed."""
+    from aitune_ray.cluster import pool as pool_module
+
+    def spawn(self, slot):
+        slot.generation += 1
+        slot.actor, slot.ready_ref, slot.info = object(), None, None
+
+    monkeypatch.setattr(pool_module.ActorPool, "_spawn", spawn)
+    pool = pool_module.ActorPool(4, num_gpus=0.5, num_cpus=1, max_restarts=1, log_dir=str(tmp_path),
+                                 limit_bytes=0, artifact_dir=None)
+    first, later = pool.slots[:2], pool.slots[2:]
+    first[0].info = {"gpu": "0"}                       # one of the first wave has answered, one has not
+    assert [s.num_gpus for s in pool.slots] == [0.501, 0.501, 0.499, 0.499]
+    assert len(pool.alive()) == 2 and pool.acquire() is first[0] and all(s.generation == 0 for s in later)
+    if how == "answered":
+        first[1].info = {"gpu": "1"}
+    elif how == "died":
+        pool.kill(first[1])
+    else:
+        monkeypatch.setattr(pool_module, "LATER_AFTER_S", -1.0)
+    assert len(pool.alive()) == (3 if how == "died" else 4) and all(s.generation == 1 for s in later)
+
+
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):
     """Two actors on one (fake) GPU: the re-measure runs on the actor that built most finalists, so that only
     the others' finalists are restored there (a JIT backend is compiled again to be restored)."""
