@@ -24,8 +24,9 @@ than host-bound eager does. So the side-by-side rounds run one recorded batch si
 rounds back to back, after settle_ms (1 s) of untimed load: the callables in turn, a burst each. On the
 H200, rounds that alternated batch sizes read a CUDA-graph ViT-B at batch 32 at 1950-1960 MHz and 2-3%
 faster than a user's loop of 100 calls (1930 MHz) did, with eager alike in both: the tuner's speedup at
-that size read 3.5-5% above the user's in every run. The CPU's clock does not follow load that way, and
-cpu_settle_ms is 0.
+that size read 3.5-5% above the user's in every run. Run this way, the candidate read 3.14-3.26 ms per
+call at batch 32 in both harnesses (benchmarks/README.md). The CPU's clock does not follow load that way,
+and cpu_settle_ms is 0.
 
 Measuring cost: a 9-candidate job re-measured side by side (eager + 9 finalists, 2 batch sizes, 30
 rounds of 50 ms bursts) spends 10 x 2 x 30 x 50 ms = 30 s timing, plus 2 x 1 s settling, twice that
