@@ -228,6 +228,11 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
             stamps = [i[field] for i in identities if i.get(field)]
             if stamps:
                 budget[f"timeline: actor {label} at s"] = max(stamps) - started_wall
+        if len(identities) > 1:   # actors that share a GPU start in two waves: when the first was up
+            for label, field in (("process launched", "process_started_at"), ("up (answered)", "ready_at")):
+                stamps = [i[field] for i in identities if i.get(field)]
+                if stamps:
+                    budget[f"timeline: first actor {label} at s"] = min(stamps) - started_wall
         budget["actor process start s (after the driver began)"] = max(
             (i.get("started_at") or started_wall) - started_wall for i in identities)
         warm = [i.get("warm_up") or {} for i in identities]

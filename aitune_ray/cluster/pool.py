@@ -70,7 +70,7 @@ class Slot:
 class ActorPool:
     def __init__(self, size: int, *, num_gpus: float, num_cpus: float, max_restarts: int, log_dir: str,
                  limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile"):
-        self.num_gpus, self.num_cpus = num_gpus, num_cpus
+        self.num_cpus = num_cpus   # the GPU share is each slot's (Slot.num_gpus, from start_shares)
         self.warm_up = warm_up
         self.max_restarts = max_restarts
         self.log_dir = log_dir

@@ -239,21 +239,18 @@ def _warm(fn: Callable[[], object], device: torch.device, runs: int) -> None:
 
 
 def _settle(fns: dict[str, Callable[[], object]], lengths: dict[str, int], device: torch.device,
-            settle_ms: float) -> int:
+            settle_ms: float) -> None:
     """Untimed load for at least settle_ms: the callables in turn, a burst of each, as the rounds will run
-    them, so that the GPU's clock has settled where a serving loop's runs. Returns the passes made."""
+    them, so that the GPU's clock has settled where a serving loop's runs."""
     if settle_ms <= 0:
-        return 0
+        return
     _sync(device)
     end = _clock() + settle_ms / 1e3
-    passes = 0
     while _clock() < end:
         for name, fn in fns.items():
             for _ in range(lengths[name]):
                 fn()
-        passes += 1
     _sync(device)
-    return passes
 
 
 def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
