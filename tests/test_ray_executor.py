@@ -536,6 +536,67 @@ def test_the_second_wave_starts_once_the_first_has_answered_or_died_or_after_the
     assert len(pool.alive()) == (3 if how == "died" else 4) and all(s.generation == 1 for s in later)
 
 
+def test_the_second_wave_starts_while_the_driver_profiles_for_a_kernel_plan(monkeypatch, tmp_path):
+    """One (fake) GPU, two actors in two waves, and a KernelSelector job, whose plan the driver profiles for
+    before any build. The pool hears the first actor's answer only once the driver profiles, and the profile
+    waits until the second actor has been started: that happens only when the batch's loop goes on polling
+    the pool while the driver profiles (before, the loop waited for the profile)."""
+    import threading
+
+    from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend
+    from aitune_ray.cluster import pool as pool_module
+    from tests.forge_helpers import GeluNorm, TestGeluProvider
+
+    profiling, later = threading.Event(), threading.Event()
+    spawn, ready, planner = pool_module.ActorPool._spawn, pool_module.Slot.ready, KernelSelectorBackend.planner.__func__
+
+    def spawning(self, slot):
+        spawn(self, slot)
+        if slot.num_gpus < 0.5:   # an actor of the later wave (0.499 of the GPU)
+            later.set()
+
+    waited = []
+
+    class WaitingPlanner:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def profile(self, module, samples):
+            profiling.set()
+            waited.append(later.wait(timeout=120))
+            self.inner.profile(module, samples)
+
+        def search(self):
+            return self.inner.search()
+
+        def cancel(self):
+            self.inner.cancel()
+
+    monkeypatch.setattr(pool_module.ActorPool, "_spawn", spawning)
+    monkeypatch.setattr(pool_module.Slot, "ready", lambda self: profiling.is_set() and ready(self))
+    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
+    monkeypatch.setattr(KernelSelectorBackend, "planner",
+                        classmethod(lambda cls, spec, runner: WaitingPlanner(planner(cls, spec, runner))))
+    fast_measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
+    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")],
+                                         measure=fast_measure.to_dict(), final_rounds=5)
+    strategy = ait.MaxThroughputStrategy([KernelSelectorBackend(config, TorchEagerBackend())],
+                                         measure_config=fast_measure)
+    model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
+    ray_init(num_cpus=2, num_gpus=1)
+    executor = RayExecutor(gpus_per_actor=0.5, max_actors=2, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
+    gen = torch.Generator().manual_seed(2)
+    try:
+        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
+        generations = [s.generation for s in executor.pool.slots]
+    finally:
+        executor.close()
+        ray.shutdown()
+    assert waited == [True]                       # the later actor was started while the driver profiled
+    assert generations == [1, 1]
+    assert model.report.results[0].ok, model.report.results[0].error
+
+
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):
     """Two actors on one (fake) GPU: the re-measure runs on the actor that built most finalists, so that only
     the others' finalists are restored there (a JIT backend is compiled again to be restored)."""

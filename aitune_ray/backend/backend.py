@@ -264,8 +264,9 @@ class Backend(ABC):
 
 
 class Planner(ABC):
-    """Makes one plan before the builds that share it: profile() on the thread that owns the module (a
-    profiler is best run there), then search() on any thread; cancel() stops a search in progress."""
+    """Makes one plan before the builds that share it: profile() first (it runs the module on the calling
+    thread, under a profiler: one at a time in a process), then search() on any thread; cancel() stops a
+    search in progress."""
 
     @abstractmethod
     def profile(self, module: nn.Module, samples: SampleStore) -> None:

@@ -217,6 +217,11 @@ def RayKernelOptimizer(*args: Any, executor, intent: str | None = None, on_queue
 
 # ----- jobs that need a plan before their build (Backend.plan_key), in a RayExecutor batch ---------------------
 
+# One profile at a time in this process: two torch profilers open at once on two threads crash it (a CPU trace
+# is made here; a CUDA one falls back to here when its child process fails).
+_PROFILING = threading.Lock()
+
+
 class PlanRun:
     """Makes the plan that jobs with one plan key share (Backend.planner of the first job's class; a
     KernelSelectorBackend's kernel plan) on the driver, its tasks on the actors (see the module docstring).
@@ -234,29 +239,21 @@ class PlanRun:
         self.started = self.seconds = 0.0
         self._planner: Planner | None = None
         self._class = None
+        self._cancelled = False
         # On a GPU the profile is made in a child process (cluster.profile_process): start it now, so that its
         # start overlaps the driver's eager baseline instead of delaying the builds, which wait for the profile.
         cuda = uses_cuda(context.module, context.samples)   # the runner's own rule (RayForgeRunner.profile)
         self._child = ProfileChild(str(module_device(context.module))) if cuda else None
 
     def start(self) -> None:
-        """Profile here, on the calling thread; then search on a thread of its own."""
+        """Profile, then search, on a thread of its own. The caller's thread goes on polling the pool meanwhile:
+        on a GPU the profile is the child process's, and a caller blocked on it started no actor of a later
+        wave (ActorPool) until it was over."""
         self.started = time.monotonic()
-        ctx = self.context
-        try:
-            self._class = backend_class_of(self.job.spec)
-            intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
-            self._planner = self._class.planner(self.job.spec, RayForgeRunner(
-                self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
-            self._planner.profile(ctx.module, ctx.samples)
-        except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
-            self._failed(exc)
-            return
-        finally:
-            self._close_child()
         threading.Thread(target=self._run, name=f"plan-{self.job.key}", daemon=True).start()
 
     def cancel(self) -> None:
+        self._cancelled = True
         self._close_child()
         if self._planner is not None:
             self._planner.cancel()
@@ -265,6 +262,29 @@ class PlanRun:
         child, self._child = self._child, None
         if child is not None:   # unused: a CPU trace, a plan without samples, or the batch was cancelled
             child.close()
+
+    def _profile(self) -> bool:
+        """The profile (a CUDA trace in the child process, a CPU one here); False when it failed or the run
+        was cancelled meanwhile."""
+        ctx = self.context
+        try:
+            self._class = backend_class_of(self.job.spec)
+            intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
+            self._planner = self._class.planner(self.job.spec, RayForgeRunner(
+                self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
+            with _PROFILING:
+                self._planner.profile(ctx.module, ctx.samples)
+        except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
+            if self._cancelled:
+                logger.info("[%s] plan of %s cancelled while profiling", ctx.name, self.job.key)
+                self.ready.set()
+                self.done.set()
+            else:
+                self._failed(exc)
+            return False
+        finally:
+            self._close_child()
+        return not self._cancelled
 
     def _failed(self, exc: Exception) -> None:
         logger.error("[%s] the plan of %s failed: %s: %s", self.context.name, self.job.key, type(exc).__name__, exc)
@@ -276,6 +296,8 @@ class PlanRun:
     def _run(self) -> None:
         ctx = self.context
         try:
+            if not self._profile():
+                return
             self.plan = self._planner.search()
             logger.info("[%s] plan of %s: %s", ctx.name, ", ".join(j.key for j in self.jobs), self.plan.describe())
         except Cancelled:

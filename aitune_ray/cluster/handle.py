@@ -1,8 +1,9 @@
 """RayRunHandle: one batch of candidate jobs on a RayExecutor's actors, handed on as they end.
 
-Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then the plan's
-search runs on a thread of its own (aitune_ray.cluster.forge.PlanRun) while the other jobs build. A task
-that times out, loses its worker or raises becomes that job's result.
+Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then searches, on
+a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs wait for the profile only, then build
+while the search runs. Meanwhile this loop keeps polling the pool, which starts its later actors on time. A
+task that times out, loses its worker or raises becomes that job's result.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class RayRunHandle(RunHandle):
         finished = False
         waiting_since = None   # since when jobs wait with nothing in flight
         try:
-            for plan in self._plans:   # each profiles here, then searches on a thread of its own
+            for plan in self._plans:   # each profiles, then searches, on a thread of its own
                 for job in plan.jobs:
                     self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
                 plan.start()
