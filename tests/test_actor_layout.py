@@ -81,7 +81,7 @@ def test_the_first_batch_on_a_ray_started_here_sets_the_layout_and_a_later_one_d
     executor._choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 2 and executor.gpus_per_actor == 0.5
     assert executor._pool_shape(1.0, 16.0) == (2, 0.5)
-    assert executor._on_one_gpu() and executor._shares_gpu()   # the driver times eager there, taking its turn
+    assert executor._on_one_gpu() and executor.actors_share_gpus()   # the driver times eager there, taking its turn
     executor._choose_layout(_context(tmp_path), _jobs(1))      # a second module's batch changes nothing
     executor._close_layout("the pool is made")
     assert executor.gpus_per_actor == 0.5 and executor.layout.actors_per_gpu == 2

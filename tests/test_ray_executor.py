@@ -480,7 +480,7 @@ def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, sh
     executor = RayExecutor(gpus_per_actor=share)
     monkeypatch.setattr(executor, "_actors", lambda: actors)
     assert executor._on_one_gpu() is expected
-    assert executor._shares_gpu() is (0 < share < 1)
+    assert executor.actors_share_gpus() is (0 < share < 1)
 
 
 def test_actors_that_share_gpus_start_one_per_gpu_first_then_the_rest_and_each_knows_it_shares(tmp_path):
@@ -536,24 +536,33 @@ def test_the_second_wave_starts_once_the_first_has_answered_or_died_or_after_the
     assert len(pool.alive()) == (3 if how == "died" else 4) and all(s.generation == 1 for s in later)
 
 
-def test_the_second_wave_starts_while_the_driver_profiles_for_a_kernel_plan(monkeypatch, tmp_path):
-    """One (fake) GPU, two actors in two waves, and a KernelSelector job, whose plan the driver profiles for
-    before any build. The pool hears the first actor's answer only once the driver profiles, and the profile
-    waits until the second actor has been started: that happens only when the batch's loop goes on polling
-    the pool while the driver profiles (before, the loop waited for the profile)."""
+def test_while_the_driver_profiles_for_a_kernel_plan_actors_sharing_the_gpu_start_and_build(monkeypatch, tmp_path):
+    """One (fake) GPU, two actors in two waves, a KernelSelector job (whose plan the driver profiles for) and a
+    plain one. The pool hears the first actor's answer only once the driver profiles, and the profile waits
+    until the second actor has been started and the plain job is building: both happen only when the batch's
+    loop goes on polling the pool while the driver profiles (before, it waited for the profile), and when
+    actors that share their GPU may build during the profile (before, every build waited for it)."""
     import threading
 
     from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend
     from aitune_ray.cluster import pool as pool_module
-    from tests.forge_helpers import GeluNorm, TestGeluProvider
+    from tests.forge_helpers import GeluNorm, SleepyEagerBackend, TestGeluProvider
 
-    profiling, later = threading.Event(), threading.Event()
+    profiling, later, building = threading.Event(), threading.Event(), threading.Event()
     spawn, ready, planner = pool_module.ActorPool._spawn, pool_module.Slot.ready, KernelSelectorBackend.planner.__func__
+    fast_measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
+    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")],
+                                         measure=fast_measure.to_dict(), final_rounds=5)
+    selector, plain = KernelSelectorBackend(config, TorchEagerBackend()), SleepyEagerBackend(HelperConfig(build_s=0.5))
 
     def spawning(self, slot):
         spawn(self, slot)
         if slot.num_gpus < 0.5:   # an actor of the later wave (0.499 of the GPU)
             later.set()
+
+    def progress(event):
+        if event["key"] == plain.key() and event["event"] == "building":
+            building.set()
 
     waited = []
 
@@ -563,7 +572,7 @@ def test_the_second_wave_starts_while_the_driver_profiles_for_a_kernel_plan(monk
 
         def profile(self, module, samples):
             profiling.set()
-            waited.append(later.wait(timeout=120))
+            waited.append((later.wait(timeout=120), building.wait(timeout=120)))
             self.inner.profile(module, samples)
 
         def search(self):
@@ -577,14 +586,11 @@ def test_the_second_wave_starts_while_the_driver_profiles_for_a_kernel_plan(monk
     monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
     monkeypatch.setattr(KernelSelectorBackend, "planner",
                         classmethod(lambda cls, spec, runner: WaitingPlanner(planner(cls, spec, runner))))
-    fast_measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
-    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")],
-                                         measure=fast_measure.to_dict(), final_rounds=5)
-    strategy = ait.MaxThroughputStrategy([KernelSelectorBackend(config, TorchEagerBackend())],
-                                         measure_config=fast_measure)
+    strategy = ait.MaxThroughputStrategy([selector, plain], measure_config=fast_measure)
     model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
     ray_init(num_cpus=2, num_gpus=1)
     executor = RayExecutor(gpus_per_actor=0.5, max_actors=2, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
+    executor.progress = progress
     gen = torch.Generator().manual_seed(2)
     try:
         ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
@@ -592,9 +598,9 @@ def test_the_second_wave_starts_while_the_driver_profiles_for_a_kernel_plan(monk
     finally:
         executor.close()
         ray.shutdown()
-    assert waited == [True]                       # the later actor was started while the driver profiled
+    assert waited == [(True, True)]   # the later actor started, and the plain job built, while the driver profiled
     assert generations == [1, 1]
-    assert model.report.results[0].ok, model.report.results[0].error
+    assert [r.status for r in model.report.results] == [OK, OK], [r.error for r in model.report.results]
 
 
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):

@@ -51,6 +51,7 @@ from aitune_ray.kernel_forge.runner import ForgeRunner
 from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError, profile_in_child
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.kernel_forge.selection import finalists_to_remeasure  # noqa: F401 (for callers)
+from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import BuildResult, CandidateJob
 from aitune_ray.samples import move
 
@@ -272,7 +273,9 @@ class PlanRun:
             intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
             self._planner = self._class.planner(self.job.spec, RayForgeRunner(
                 self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
-            with _PROFILING:
+            # A profile is no timing (its shares are CUDA kernels' own durations): beside actors that share this
+            # GPU it holds a build's turn, so their builds go on meanwhile and only their timings wait for it.
+            with _PROFILING, turns_for(ctx.device, self.executor.actors_share_gpus()).building():
                 self._planner.profile(ctx.module, ctx.samples)
         except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
             if self._cancelled:

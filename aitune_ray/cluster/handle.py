@@ -1,9 +1,10 @@
 """RayRunHandle: one batch of candidate jobs on a RayExecutor's actors, handed on as they end.
 
 Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then searches, on
-a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs wait for the profile only, then build
-while the search runs. Meanwhile this loop keeps polling the pool, which starts its later actors on time. A
-task that times out, loses its worker or raises becomes that job's result.
+a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs build while the search runs. On actors
+with a GPU each they also wait for the profile; actors that share their GPU build during it (the profile
+holds a build's turn there, see aitune_ray.measure.turns). Meanwhile this loop keeps polling the pool, which
+starts its later actors on time. A task that times out, loses its worker or raises becomes that job's result.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ class RayRunHandle(RunHandle):
 
     def start(self) -> bool:
         """Keep one actor for the eager baseline and start the first builds on the others now, so that
-        they overlap the baseline (when kernel plans are pending, their profiling on the driver comes first,
-        after the baseline: the builds wait; on one local GPU the driver then times eager and profiles
-        while that actor is still starting). Returns whether an actor was kept."""
+        they overlap the baseline (when kernel plans are pending and the actors have a GPU each, the builds
+        wait for the driver's profile, after the baseline; on one local GPU the driver then times eager and
+        profiles while that actor is still starting). Returns whether an actor was kept."""
         if not self._queue and not self._plans:
             return False
         slot = self._ex.pool.acquire()
@@ -146,8 +147,10 @@ class RayRunHandle(RunHandle):
                     yield outcome
 
     def _dispatch(self) -> None:
-        if not self._queue or any(not plan.ready.is_set() for plan in self._plans):
-            return   # the driver is still profiling for a kernel plan, whose tasks go first
+        if not self._queue or (not self._ex.actors_share_gpus() and any(not p.ready.is_set() for p in self._plans)):
+            # The driver is still profiling for a kernel plan, whose tasks go first. Actors that share their
+            # GPU build meanwhile: the profile holds a build's turn there, which their timings wait for.
+            return
         box, intent = self._ex._box(self._ctx), self._ex._intent(self._ctx)
         while self._queue:
             slot = self._ex.pool.acquire()

@@ -477,7 +477,7 @@ class RayExecutor(Executor):
         """Whether every actor of the pool is on one and the same GPU (one actor, or several sharing it)."""
         return self.gpus_per_actor > 0 and self._actors() * self.gpus_per_actor <= 1 + 1e-9
 
-    def _shares_gpu(self) -> bool:
+    def actors_share_gpus(self) -> bool:
         """Whether the actors share GPUs (gpus_per_actor below 1): they then take turns at them."""
         return shares_gpu(self.gpus_per_actor)
 
@@ -496,7 +496,7 @@ class RayExecutor(Executor):
         try:
             if on_driver:
                 logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
-                with turns_for(context.device, self._shares_gpu()).timing():
+                with turns_for(context.device, self.actors_share_gpus()).timing():
                     timed = profile_samples(context.module, context.samples, context.device, context.measure)
                 data = {bs: t.to_dict() for bs, t in timed.items()}
             else:
