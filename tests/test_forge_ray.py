@@ -417,3 +417,48 @@ def test_kernel_forge_benchmark_runs_on_cpu(tmp_path, capsys):
     assert "SageAttention: unsupported" in table and row.endswith("| no |")
     rows = json.loads(out.with_suffix(".json").read_text())
     assert rows[0]["providers"]["flash"]["status"] == "ok" and rows[0]["speedup"] > 0
+
+
+def test_a_plan_cancelled_while_the_driver_profiles_ends_without_a_search_or_an_error(monkeypatch):
+    """No Ray session: PlanRun with a stand-in planner whose profile blocks until the test lets it go. The plan
+    is cancelled while profiling (it profiles on a thread of its own); once the profile returns, the run ends:
+    no search, no error, nothing to build."""
+    from aitune_ray.cluster import forge as forge_module
+    from aitune_ray.cluster.forge import PlanRun
+    from aitune_ray.executor import TuneContext
+    from aitune_ray.results import CandidateJob
+    from aitune_ray.samples import SampleStore
+
+    profiling, release, searched = threading.Event(), threading.Event(), []
+
+    class Planner:
+        def profile(self, module, samples):
+            profiling.set()
+            release.wait(timeout=60)
+
+        def search(self):
+            searched.append(True)
+
+        def cancel(self):
+            pass
+
+    class Planned:
+        @classmethod
+        def planner(cls, spec, runner):
+            return Planner()
+
+    class Executor:
+        @staticmethod
+        def actors_share_gpus():
+            return False
+
+    monkeypatch.setattr(forge_module, "backend_class_of", lambda spec: Planned)
+    module = GeluNorm().eval()
+    context = TuneContext(name="gelu_norm", module=module, samples=SampleStore(), device=torch.device("cpu"))
+    run = PlanRun(Executor(), context, [CandidateJob(key="k", spec={"type": "Planned"})])
+    run.start()
+    assert profiling.wait(timeout=60)
+    run.cancel()
+    release.set()
+    assert run.done.wait(timeout=60) and run.ready.is_set()
+    assert searched == [] and run.error is None and run.outcome() == []

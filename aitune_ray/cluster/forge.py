@@ -242,9 +242,10 @@ class PlanRun:
         self._class = None
         self._cancelled = False
         # On a GPU the profile is made in a child process (cluster.profile_process): start it now, so that its
-        # start overlaps the driver's eager baseline instead of delaying the builds, which wait for the profile.
-        cuda = uses_cuda(context.module, context.samples)   # the runner's own rule (RayForgeRunner.profile)
-        self._child = ProfileChild(str(module_device(context.module))) if cuda else None
+        # start overlaps the driver's eager baseline instead of delaying the plan (and the builds on actors with
+        # a GPU each, which wait for the profile).
+        self._cuda = uses_cuda(context.module, context.samples)   # the runner's own rule (RayForgeRunner.profile)
+        self._child = ProfileChild(str(module_device(context.module))) if self._cuda else None
 
     def start(self) -> None:
         """Profile, then search, on a thread of its own. The caller's thread goes on polling the pool meanwhile:
@@ -273,9 +274,10 @@ class PlanRun:
             intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
             self._planner = self._class.planner(self.job.spec, RayForgeRunner(
                 self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
-            # A profile is no timing (its shares are CUDA kernels' own durations): beside actors that share this
+            # A profile is no timing (its shares are CUDA kernels' own durations): beside actors that share its
             # GPU it holds a build's turn, so their builds go on meanwhile and only their timings wait for it.
-            with _PROFILING, turns_for(ctx.device, self.executor.actors_share_gpus()).building():
+            turns = turns_for(module_device(ctx.module), self._cuda and self.executor.actors_share_gpus())
+            with _PROFILING, turns.building():
                 self._planner.profile(ctx.module, ctx.samples)
         except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
             if self._cancelled:
