@@ -29,7 +29,9 @@ before the first event (Ray's start and the recording), the eager baseline, the 
 saw them against their worker-timed build + check + profile (the difference is dispatch, the wait for the
 actor and result transfer), the re-measure, the chosen backend's restore on the driver (materialize: a JIT
 backend is compiled again there on Ray, reused inline), and on Ray each actor's process start, warm-up
-parts and the compile and torch threads it was given (inline: the driver's).
+parts and the compile and torch threads it was given (inline: the driver's). With a run repeated
+(--runs inline,ray:1,inline,ray:1,...), a pairs table: per run name, its median wall over inline's median,
+each pair's ratio (the i-th inline run with the i-th of that name), and the same less the re-measure.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import json
 import logging
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -430,6 +433,40 @@ def verdict(inline: dict, other: dict) -> str:
     return "; ".join(parts)
 
 
+def pairs(runs: list[dict]) -> list[str]:
+    """Where a run name repeats (--runs inline,ray:1,inline,ray:1,...): per name, the median wall over inline's
+    median, the ratio of each pair (the i-th inline run with the i-th of that name, in run order), and the
+    same less the re-measure, whose rounds double when they do not decide. Failed runs are left out."""
+    done = [r for r in runs if "failed" not in r]
+    inline = [r for r in done if r.get("kind") == "inline"]
+    names = list(dict.fromkeys(r["run"] for r in done if r.get("kind") != "inline"))
+    if len(inline) < 2 and not any(sum(r["run"] == n for r in done) > 1 for n in names):
+        return []
+
+    def less(r: dict) -> float | None:
+        return (r.get("phases") or {}).get("wall less re-measure s")
+
+    def ratios(these: list[dict], key) -> str:
+        values = [(key(r), key(i)) for r, i in zip(these, inline)]
+        return ", ".join(f"{a / b:.2f}x" for a, b in values if a is not None and b)
+
+    def median_ratio(these: list[dict], key) -> str:
+        a = [key(r) for r in these if key(r) is not None]
+        b = [key(i) for i in inline if key(i) is not None]
+        return f"{statistics.median(a):.1f} / {statistics.median(b):.1f} s, {statistics.median(a) / statistics.median(b):.2f}x" \
+            if a and b else "-"
+
+    lines = ["", f"Pairs ({len(inline)} inline run(s); the i-th inline run with the i-th run of each name):", "",
+             "| run | runs | median wall / inline's | pair by pair | less the re-measure: medians | pair by pair |",
+             "|---|---|---|---|---|---|"]
+    for name in names:
+        these = [r for r in done if r["run"] == name]
+        lines.append(f"| {name} | {len(these)} | {median_ratio(these, lambda r: r['wall_s'])} | "
+                     f"{ratios(these, lambda r: r['wall_s']) or '-'} | {median_ratio(these, less)} | "
+                     f"{ratios(these, less) or '-'} |")
+    return lines
+
+
 def report(args, runs: list[dict], device, dtype) -> str:
     runs = sorted(runs, key=lambda r: (r.get("kind") != "inline", r.get("gpus", 0)))
     inline = next((r for r in runs if r.get("kind") == "inline"), None)
@@ -472,6 +509,7 @@ def report(args, runs: list[dict], device, dtype) -> str:
         lines.append(f"| {r['run']} | {r['gpus']} | {r['wall_s']:.1f} | {overhead} | {speedup:.2f}x "
                      f"({r['wall_s'] / inline['wall_s']:.2f} of inline) | {speedup / r['gpus']:.0%} | {ideal:.1f} | "
                      f"{r['wall_s'] / ideal:.2f}x | {r['wall_s'] / longest:.2f}x | {verdict(inline, r)} |")
+    lines += pairs(runs)
     for r in runs:
         if r.get("did_not_exit"):
             lines += ["", f"{r['run']} wrote its result and then did not exit within the run's limit (its wall "

@@ -1,0 +1,35 @@
+"""benchmarks/ray_vs_inline.py's pairs table on a recorded result (CPU, no tuning): repeated runs are paired in
+run order, and the medians and each pair's ratio come out as computed by hand from the run table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from ray_vs_inline import pairs  # noqa: E402
+
+RECORDED = REPO / "benchmarks" / "results" / "ray1_vs_inline_encoder_fp16_builds_during_profile_h200.json"
+
+
+def test_repeated_runs_are_paired_in_run_order_with_their_medians():
+    runs = list(json.loads(RECORDED.read_text())["runs"].values())   # inline, ray:1, inline, ray:1, ...
+    rows = [line for line in pairs(runs) if line.startswith("| ray:1 ")]
+    # walls: inline 43.8, 35.3, 32.8; ray:1 60.0, 42.5, 40.8. Less the re-measure: 27.22, 22.76, 24.45 and
+    # 42.5, 33.4, 33.3.
+    assert rows == ["| ray:1 | 3 | 42.5 / 35.3 s, 1.20x | 1.37x, 1.20x, 1.24x | 33.4 / 24.4 s, 1.37x | "
+                    "1.56x, 1.47x, 1.36x |"]
+
+
+def test_a_failed_run_is_left_out_and_single_runs_get_no_table():
+    def run(name, kind, wall, less=None):
+        return {"run": name, "kind": kind, "wall_s": wall, "phases": {"wall less re-measure s": less or wall}}
+
+    assert pairs([run("inline", "inline", 10.0), run("ray:1", "ray", 12.0)]) == []
+    runs = [run("inline", "inline", 10.0), run("ray:1", "ray", 12.0), run("inline", "inline", 20.0),
+            {"run": "ray:1", "kind": "ray", "wall_s": 99.0, "failed": "timed out"}, run("ray:1", "ray", 21.0)]
+    rows = [line for line in pairs(runs) if line.startswith("| ray:1 ")]
+    assert rows == ["| ray:1 | 2 | 16.5 / 15.0 s, 1.10x | 1.20x, 1.05x | 16.5 / 15.0 s, 1.10x | 1.20x, 1.05x |"]
