@@ -4,6 +4,7 @@ small wins, and KernelSelectorBackend planned by the driver while plain builds g
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -21,6 +22,7 @@ from aitune_ray.cluster import RayExecutor  # noqa: E402
 from aitune_ray.cluster.forge import Cancelled, RayForgeRunner, RayKernelOptimizer  # noqa: E402
 from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAttentionKernelProvider,  # noqa: E402
                                      TorchSDPAKernelProvider)
+from aitune_ray.kernel_forge.plan import KernelOptimizationPlan  # noqa: E402
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler  # noqa: E402
 from aitune_ray.kernel_forge.runner import LocalRunner  # noqa: E402
 from aitune_ray.kernel_forge.selection import (REMEASURE_MARGIN, apply_interleaved, choose,  # noqa: E402
@@ -419,16 +421,44 @@ def test_kernel_forge_benchmark_runs_on_cpu(tmp_path, capsys):
     assert rows[0]["providers"]["flash"]["status"] == "ok" and rows[0]["speedup"] > 0
 
 
-def test_a_plan_cancelled_while_the_driver_profiles_ends_without_a_search_or_an_error(monkeypatch):
-    """No Ray session: PlanRun with a stand-in planner whose profile blocks until the test lets it go. The plan
-    is cancelled while profiling (it profiles on a thread of its own); once the profile returns, the run ends:
-    no search, no error, nothing to build."""
+def _plan_run(monkeypatch, planner, *, shares: bool = False, cuda: bool = False):
+    """A PlanRun without Ray: its backend class gives planner; its executor's actors share their GPU or not;
+    cuda: its profile counts as a CUDA trace (a stand-in child process, never started)."""
     from aitune_ray.cluster import forge as forge_module
     from aitune_ray.cluster.forge import PlanRun
     from aitune_ray.executor import TuneContext
     from aitune_ray.results import CandidateJob
     from aitune_ray.samples import SampleStore
 
+    class Planned:
+        @classmethod
+        def planner(cls, spec, runner):
+            return planner
+
+    class Executor:
+        @staticmethod
+        def actors_share_gpus():
+            return shares
+
+    class Child:
+        def __init__(self, device):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(forge_module, "backend_class_of", lambda spec: Planned)
+    monkeypatch.setattr(forge_module, "uses_cuda", lambda module, samples: cuda)
+    monkeypatch.setattr(forge_module, "ProfileChild", Child)
+    context = TuneContext(name="gelu_norm", module=GeluNorm().eval(), samples=SampleStore(),
+                          device=torch.device("cpu"))
+    return PlanRun(Executor(), context, [CandidateJob(key="k", spec={"type": "Planned"})])
+
+
+def test_a_plan_cancelled_while_the_driver_profiles_ends_without_a_search_or_an_error(monkeypatch):
+    """No Ray session: PlanRun with a stand-in planner whose profile blocks until the test lets it go. The plan
+    is cancelled while profiling (it profiles on a thread of its own); once the profile returns, the run ends:
+    no search, no error, nothing to build."""
     profiling, release, searched = threading.Event(), threading.Event(), []
 
     class Planner:
@@ -442,23 +472,51 @@ def test_a_plan_cancelled_while_the_driver_profiles_ends_without_a_search_or_an_
         def cancel(self):
             pass
 
-    class Planned:
-        @classmethod
-        def planner(cls, spec, runner):
-            return Planner()
-
-    class Executor:
-        @staticmethod
-        def actors_share_gpus():
-            return False
-
-    monkeypatch.setattr(forge_module, "backend_class_of", lambda spec: Planned)
-    module = GeluNorm().eval()
-    context = TuneContext(name="gelu_norm", module=module, samples=SampleStore(), device=torch.device("cpu"))
-    run = PlanRun(Executor(), context, [CandidateJob(key="k", spec={"type": "Planned"})])
+    run = _plan_run(monkeypatch, Planner())
     run.start()
     assert profiling.wait(timeout=60)
     run.cancel()
     release.set()
     assert run.done.wait(timeout=60) and run.ready.is_set()
     assert searched == [] and run.error is None and run.outcome() == []
+
+
+@pytest.mark.parametrize("shares, cuda, turn", [(True, True, True), (False, True, False), (True, False, False)])
+def test_the_drivers_cuda_profile_holds_a_builds_turn_at_its_gpu_only_beside_actors_that_share_it(
+        monkeypatch, shares, cuda, turn):
+    """No Ray session: the plan's profile runs inside a build's turn at the module's GPU when it traces CUDA
+    and the actors share their GPU (their timings then wait for it, their builds do not); otherwise its turns
+    are the no-op ones. turns_for is a stand-in that records what it was asked for."""
+    from aitune_ray.cluster import forge as forge_module
+    from aitune_ray.device import module_device
+
+    asked, inside = [], []
+
+    class Turns:
+        held = False
+
+        @contextlib.contextmanager
+        def building(self):
+            Turns.held = True
+            yield
+            Turns.held = False
+
+    def turns_for(device, shared):
+        asked.append((torch.device(device), shared))
+        return Turns()
+
+    class Planner:
+        def profile(self, module, samples):
+            inside.append(Turns.held)
+
+        def search(self):
+            return KernelOptimizationPlan()
+
+        def cancel(self):
+            pass
+
+    monkeypatch.setattr(forge_module, "turns_for", turns_for)
+    run = _plan_run(monkeypatch, Planner(), shares=shares, cuda=cuda)
+    run.start()
+    assert run.done.wait(timeout=60) and run.error is None
+    assert asked == [(module_device(run.context.module), turn)] and inside == [True]

@@ -280,10 +280,8 @@ class PlanRun:
             with _PROFILING, turns.building():
                 self._planner.profile(ctx.module, ctx.samples)
         except Exception as exc:  # noqa: BLE001 - the plan's failure is this candidate's result
-            if self._cancelled:
+            if self._cancelled:   # _run ends the run
                 logger.info("[%s] plan of %s cancelled while profiling", ctx.name, self.job.key)
-                self.ready.set()
-                self.done.set()
             else:
                 self._failed(exc)
             return False
