@@ -224,6 +224,7 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
     if identities:
         # The last actor's start on the driver's clock: Ray launched its process, it imported torch and the
         # worker core (when Ray fetched the actor's class), its __init__ began, found its GPU (CUDA's start).
+        # With several actors (those that share a GPU start in two waves) also the first one's launch and answer.
         for label, field in (("process launched", "process_started_at"), ("class import began", "import_began_at"),
                              ("class imported", "imported_at"), ("__init__ began", "started_at"),
                              ("GPU found (CUDA up)", "described_at"), ("up (answered)", "ready_at"),
@@ -231,10 +232,7 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
             stamps = [i[field] for i in identities if i.get(field)]
             if stamps:
                 budget[f"timeline: actor {label} at s"] = max(stamps) - started_wall
-        if len(identities) > 1:   # actors that share a GPU start in two waves: when the first was up
-            for label, field in (("process launched", "process_started_at"), ("up (answered)", "ready_at")):
-                stamps = [i[field] for i in identities if i.get(field)]
-                if stamps:
+                if len(identities) > 1 and field in ("process_started_at", "ready_at"):
                     budget[f"timeline: first actor {label} at s"] = min(stamps) - started_wall
         budget["actor process start s (after the driver began)"] = max(
             (i.get("started_at") or started_wall) - started_wall for i in identities)
