@@ -444,6 +444,17 @@ def pairs(runs: list[dict]) -> list[str]:
     def less(r: dict) -> float | None:
         return (r.get("phases") or {}).get("wall less re-measure s")
 
+    def lags(these: list[dict]) -> str:
+        """Each pair's Ray start lag: the first build on an actor after the end of inline's eager baseline,
+        where inline's first build begins (both on their run's own clock)."""
+        out = []
+        for r, i in zip(these, inline):
+            began = (r.get("phases") or {}).get("timeline: first build began on the actor at s")
+            baseline = str((i.get("phases") or {}).get("timeline: eager baseline from / to s", ""))
+            if isinstance(began, (int, float)) and " / " in baseline:
+                out.append(f"{began - float(baseline.split(' / ')[1]):.1f}")
+        return ", ".join(out) + " s" if out else "-"
+
     def ratios(these: list[dict], key) -> str:
         values = [(key(r), key(i)) for r, i in zip(these, inline)]
         return ", ".join(f"{a / b:.2f}x" for a, b in values if a is not None and b)
@@ -455,13 +466,14 @@ def pairs(runs: list[dict]) -> list[str]:
             if a and b else "-"
 
     lines = ["", f"Pairs ({len(inline)} inline run(s); the i-th inline run with the i-th run of each name):", "",
-             "| run | runs | median wall / inline's | pair by pair | less the re-measure: medians | pair by pair |",
-             "|---|---|---|---|---|---|"]
+             "| run | runs | median wall / inline's | pair by pair | less the re-measure: medians | pair by pair | "
+             "first build after inline's baseline ended, pair by pair |",
+             "|---|---|---|---|---|---|---|"]
     for name in names:
         these = [r for r in done if r["run"] == name]
         lines.append(f"| {name} | {len(these)} | {median_ratio(these, lambda r: r['wall_s'])} | "
                      f"{ratios(these, lambda r: r['wall_s']) or '-'} | {median_ratio(these, less)} | "
-                     f"{ratios(these, less) or '-'} |")
+                     f"{ratios(these, less) or '-'} | {lags(these)} |")
     return lines
 
 
