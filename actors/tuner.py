@@ -41,10 +41,10 @@ def _token(box: list) -> tuple:
 class TunerActor:
     """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
     limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts). gpu_share: the GPUs
-    it holds (below 1: it shares its GPU with other actors, and takes turns at it)."""
+    it holds (below 1: it shares its GPU with other actors, and takes turns at it; turns: with the driver)."""
 
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None,
-                 warm_up: str = "compile", gpu_share: float = 1.0):
+                 warm_up: str = "compile", gpu_share: float = 1.0, turns: bool = False):
         started = time.time()
         self.slot, self.log_path, self.limit_bytes, self.artifact_dir = slot, log_path, limit_bytes, artifact_dir
         self._log = open_log(log_path)
@@ -53,7 +53,7 @@ class TunerActor:
                           "process_started_at": process_started_at(), "described_at": time.time()}
         # Beside the logs: the driver removes it at close on its node; cleanup() on the others
         workdir = Path(tempfile.mkdtemp(prefix=f"work-actor{slot}-", dir=Path(log_path).parent))
-        self.worker = Worker(workdir, self._identity, log_path, shares_gpu=shares_gpu(gpu_share))
+        self.worker = Worker(workdir, self._identity, log_path, shares_gpu=turns or shares_gpu(gpu_share))
         logger.info("actor %d (%r) started: pid %d, %s", slot, self, os.getpid(), self._identity)
         self._warm = start_warm_up(self._identity["node_id"], warm_up, gpu_share)   # the first task stops it
         self._identity["threads"] = torch.get_num_threads()

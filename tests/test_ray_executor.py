@@ -603,6 +603,66 @@ def test_while_the_driver_profiles_for_a_kernel_plan_actors_sharing_the_gpu_star
     assert [r.status for r in model.report.results] == [OK, OK], [r.error for r in model.report.results]
 
 
+def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver_profiles(monkeypatch, tmp_path):
+    """One actor with the whole (fake) GPU, which the driver uses too (as on a one-GPU machine that runs the
+    job's driver): the actor takes turns at it, as actors sharing a GPU do, so a plain job builds while the
+    driver profiles for a kernel plan (the profile then holds a build's turn). Before, an actor with a GPU of
+    its own took no turns, and every build waited for that profile."""
+    import threading
+
+    from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend
+    from aitune_ray.cluster import pool as pool_module
+    from tests.forge_helpers import GeluNorm, SleepyEagerBackend, TestGeluProvider
+
+    profiling, building = threading.Event(), threading.Event()
+    ready, planner = pool_module.Slot.ready, KernelSelectorBackend.planner.__func__
+    fast_measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
+    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")],
+                                         measure=fast_measure.to_dict(), final_rounds=5)
+    selector, plain = KernelSelectorBackend(config, TorchEagerBackend()), SleepyEagerBackend(HelperConfig(build_s=0.5))
+    waited = []
+
+    def progress(event):
+        if event["key"] == plain.key() and event["event"] == "building":
+            building.set()
+
+    class WaitingPlanner:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def profile(self, module, samples):
+            profiling.set()
+            waited.append(building.wait(timeout=120))
+            self.inner.profile(module, samples)
+
+        def search(self):
+            return self.inner.search()
+
+        def cancel(self):
+            self.inner.cancel()
+
+    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size, num_gpus: True)
+    monkeypatch.setattr(pool_module.Slot, "ready", lambda self: profiling.is_set() and ready(self))
+    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
+    monkeypatch.setattr(KernelSelectorBackend, "planner",
+                        classmethod(lambda cls, spec, runner: WaitingPlanner(planner(cls, spec, runner))))
+    strategy = ait.MaxThroughputStrategy([selector, plain], measure_config=fast_measure)
+    model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
+    ray_init(num_cpus=2, num_gpus=1)
+    executor = RayExecutor(gpus_per_actor=1.0, max_actors=1, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
+    executor.progress = progress
+    gen = torch.Generator().manual_seed(2)
+    try:
+        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
+        stats = executor.actor_stats()
+    finally:
+        executor.close()
+        ray.shutdown()
+    assert waited == [True]   # the plain job was building while the driver profiled
+    assert [s["shares_gpu"] for s in stats] == [True]
+    assert [r.status for r in model.report.results] == [OK, OK], [r.error for r in model.report.results]
+
+
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):
     """Two actors on one (fake) GPU: the re-measure runs on the actor that built most finalists, so that only
     the others' finalists are restored there (a JIT backend is compiled again to be restored)."""

@@ -2,8 +2,8 @@
 
 Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then searches, on
 a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs build while the search runs. On actors
-with a GPU each they also wait for the profile; actors that share their GPU build during it (the profile
-holds a build's turn there, see aitune_ray.measure.turns). Meanwhile this loop keeps polling the pool, which
+with a GPU each they also wait for the profile; actors that share their GPU, with each other or with the
+driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). Meanwhile this loop keeps polling the pool, which
 starts its later actors on time. A task that times out, loses its worker or raises becomes that job's result.
 """
 

@@ -69,9 +69,10 @@ class Slot:
 
 class ActorPool:
     def __init__(self, size: int, *, num_gpus: float, num_cpus: float, max_restarts: int, log_dir: str,
-                 limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile"):
+                 limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile", turns: bool = False):
         self.num_cpus = num_cpus   # the GPU share is each slot's (Slot.num_gpus, from start_shares)
         self.warm_up = warm_up
+        self.turns = turns         # the actors take turns at their GPU even with all of it (the driver uses it)
         self.max_restarts = max_restarts
         self.log_dir = log_dir
         self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
@@ -107,7 +108,8 @@ class ActorPool:
         slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
         slot.actor = self._remote.options(num_gpus=slot.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
                                           max_concurrency=1, scheduling_strategy="SPREAD").remote(
-            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, slot.num_gpus or 1.0)
+            slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, slot.num_gpus or 1.0,
+            self.turns)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
         slot.busy = False

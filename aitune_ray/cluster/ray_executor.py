@@ -163,6 +163,7 @@ class RayExecutor(Executor):
         self._pool: ActorPool | None = None
         self._starting: Background | None = None   # a local Ray's start, under way on its own thread
         self._local_gpus = 0                       # the GPUs a local Ray was started with
+        self._driver_turns = False                 # this driver uses the pool's one GPU: its actors take turns
         self.open_s: float | None = None       # seconds open() took to start or join Ray and create the actors
         self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
         self.puts = 0                   # ray.put calls made for modules and samples
@@ -202,6 +203,7 @@ class RayExecutor(Executor):
             return
         # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
         self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self._driver_turns = self._local_gpus == 1
         self._own_ray = self._local = True
         self._starting = Background(self._start, "starting Ray on this machine")
 
@@ -223,9 +225,12 @@ class RayExecutor(Executor):
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")
         size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
+        if not self._local:
+            self._driver_turns = self._driver_uses_the_gpu(size, num_gpus)
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
         self._own_log_dir = None if self.log_dir else log_dir
         self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
+                               turns=self._driver_turns and num_gpus > 0,
                                max_restarts=self.max_actor_restarts, log_dir=log_dir,
                                limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
                                warm_up=self.warm_up)
@@ -312,7 +317,7 @@ class RayExecutor(Executor):
                     logger.debug("the local Ray's monitor was not stopped first: %s", exc)
             ray.shutdown()
             self.shutdown_s = time.perf_counter() - started
-        self._own_ray = self._local = False
+        self._own_ray = self._local = self._driver_turns = False
 
     def resolve_device(self, device) -> torch.device:
         """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
@@ -447,8 +452,9 @@ class RayExecutor(Executor):
         module and its samples already on that GPU (no second copy of the weights), for a strategy that
         re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
         while the tuner actor is still starting, instead of after it: its start leaves the critical path.
-        On several GPUs one actor times it, while the others build. Actors that share the one GPU (gpus_per_actor
-        below 1) wait for the driver's timing: it takes a timing's turn there (aitune_ray.measure.turns)."""
+        On several GPUs one actor times it, while the others build. The actors of the one GPU take turns there
+        (actors_share_gpus), so they wait for the driver's timing: it takes a timing's turn there
+        (aitune_ray.measure.turns)."""
         if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
             return False
         if not self._on_one_gpu() or not self._driver_has_the_gpu():
@@ -478,8 +484,17 @@ class RayExecutor(Executor):
         return self.gpus_per_actor > 0 and self._actors() * self.gpus_per_actor <= 1 + 1e-9
 
     def actors_share_gpus(self) -> bool:
-        """Whether the actors share GPUs (gpus_per_actor below 1): they then take turns at them."""
-        return shares_gpu(self.gpus_per_actor)
+        """Whether the actors share their GPUs, with each other (gpus_per_actor below 1) or with this driver,
+        which times eager and profiles on the one GPU of a pool of whole-GPU actors (_driver_uses_the_gpu):
+        the actors then take turns there, and so do the driver's timings and profiles."""
+        return shares_gpu(self.gpus_per_actor) or (self._driver_turns and self.gpus_per_actor > 0)
+
+    def _driver_uses_the_gpu(self, size: int, num_gpus: float) -> bool:
+        """Whether a pool of size actors with num_gpus each, on the cluster this driver joined, is on one GPU
+        that this driver, which has CUDA, uses too: a cluster whose one GPU is on the driver's node
+        (`ray job submit` to a one-GPU machine). A Ray started here: this machine has one GPU (open())."""
+        return (torch.cuda.is_available() and 0 < num_gpus and size * num_gpus <= 1 + 1e-9
+                and self._driver_has_the_gpu())
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
