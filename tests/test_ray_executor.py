@@ -458,17 +458,21 @@ def test_an_unknown_warm_up_mode_is_refused_before_ray_starts():
 
 def test_on_a_ray_it_started_here_the_device_is_known_without_waiting_for_an_actor(monkeypatch):
     """device=None on a machine with CUDA and a Ray this executor started: cuda, answered at once (the first
-    actor answers only once it is up and warmed, and the driver has its own work to do meanwhile). On a Ray
-    it joined, the first actor to start is asked."""
+    actor answers only once it is up and warmed, and the driver has its own work to do meanwhile). So on a
+    Ray it joined whose GPUs are all on the driver's node (a job submitted to a one-machine cluster). On
+    another Ray it joined, the first actor to start is asked."""
     executor = RayExecutor()
     executor.pool = object()          # opened
-    asked = []
+    asked, here = [], [False]
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 1.0, "CPU": 4.0})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(executor, "_actors_have_cuda", lambda: asked.append(True) or True)
+    monkeypatch.setattr(executor, "_driver_has_the_gpu", lambda: here[0])
     executor._local = True
     assert executor.resolve_device(None) == torch.device("cuda") and asked == []
     executor._local = False
+    assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]
+    here[0] = True
     assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]
 
 
@@ -481,6 +485,8 @@ def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, sh
     monkeypatch.setattr(executor, "_actors", lambda: actors)
     assert executor._on_one_gpu() is expected
     assert executor.actors_share_gpus() is (0 < share < 1)
+    executor._driver_turns = True     # the driver uses the pool's one GPU: whole-GPU actors take turns too
+    assert executor.actors_share_gpus() is (0 < share)
 
 
 def test_actors_that_share_gpus_start_one_per_gpu_first_then_the_rest_and_each_knows_it_shares(tmp_path):

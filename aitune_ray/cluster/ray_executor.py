@@ -342,10 +342,12 @@ class RayExecutor(Executor):
         return torch.device("cuda")
 
     def _actors_see_cuda(self) -> bool:
-        """Whether the actors see a CUDA device. On the Ray this executor started on this machine, they are
-        this machine's processes: they do when this one does, and nobody waits for an actor to start (the
-        driver records, times eager and profiles meanwhile). Elsewhere the first actor to start says."""
-        if self._local and torch.cuda.is_available():
+        """Whether the actors see a CUDA device. On the Ray this executor started on this machine, or on a
+        cluster whose GPUs are all on this driver's node (`ray job submit` to a one-machine cluster), the GPU
+        actors are this machine's processes: they do when this one does, and nobody waits for an actor to
+        start (the driver builds its model, records, times eager and profiles meanwhile). Elsewhere the first
+        actor to start says."""
+        if torch.cuda.is_available() and (self._local or self._driver_has_the_gpu()):
             return True
         return self._actors_have_cuda()
 
