@@ -542,78 +542,12 @@ def test_the_second_wave_starts_once_the_first_has_answered_or_died_or_after_the
     assert len(pool.alive()) == (3 if how == "died" else 4) and all(s.generation == 1 for s in later)
 
 
-def test_while_the_driver_profiles_for_a_kernel_plan_actors_sharing_the_gpu_start_and_build(monkeypatch, tmp_path):
-    """One (fake) GPU, two actors in two waves, a KernelSelector job (whose plan the driver profiles for) and a
-    plain one. The pool hears the first actor's answer only once the driver profiles, and the profile waits
-    until the second actor has been started and the plain job is building: both happen only when the batch's
-    loop goes on polling the pool while the driver profiles (before, it waited for the profile), and when
-    actors that share their GPU may build during the profile (before, every build waited for it)."""
-    import threading
-
-    from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend
-    from aitune_ray.cluster import pool as pool_module
-    from tests.forge_helpers import GeluNorm, SleepyEagerBackend, TestGeluProvider
-
-    profiling, later, building = threading.Event(), threading.Event(), threading.Event()
-    spawn, ready, planner = pool_module.ActorPool._spawn, pool_module.Slot.ready, KernelSelectorBackend.planner.__func__
-    fast_measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_cv=0.1, max_seconds=0.1)
-    config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")],
-                                         measure=fast_measure.to_dict(), final_rounds=5)
-    selector, plain = KernelSelectorBackend(config, TorchEagerBackend()), SleepyEagerBackend(HelperConfig(build_s=0.5))
-
-    def spawning(self, slot):
-        spawn(self, slot)
-        if slot.num_gpus < 0.5:   # an actor of the later wave (0.499 of the GPU)
-            later.set()
-
-    def progress(event):
-        if event["key"] == plain.key() and event["event"] == "building":
-            building.set()
-
-    waited = []
-
-    class WaitingPlanner:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def profile(self, module, samples):
-            profiling.set()
-            waited.append((later.wait(timeout=120), building.wait(timeout=120)))
-            self.inner.profile(module, samples)
-
-        def search(self):
-            return self.inner.search()
-
-        def cancel(self):
-            self.inner.cancel()
-
-    monkeypatch.setattr(pool_module.ActorPool, "_spawn", spawning)
-    monkeypatch.setattr(pool_module.Slot, "ready", lambda self: profiling.is_set() and ready(self))
-    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
-    monkeypatch.setattr(KernelSelectorBackend, "planner",
-                        classmethod(lambda cls, spec, runner: WaitingPlanner(planner(cls, spec, runner))))
-    strategy = ait.MaxThroughputStrategy([selector, plain], measure_config=fast_measure)
-    model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
-    ray_init(num_cpus=2, num_gpus=1)
-    executor = RayExecutor(gpus_per_actor=0.5, max_actors=2, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
-    executor.progress = progress
-    gen = torch.Generator().manual_seed(2)
-    try:
-        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
-        generations = [s.generation for s in executor.pool.slots]
-    finally:
-        executor.close()
-        ray.shutdown()
-    assert waited == [(True, True)]   # the later actor started, and the plain job built, while the driver profiled
-    assert generations == [1, 1]
-    assert [r.status for r in model.report.results] == [OK, OK], [r.error for r in model.report.results]
-
-
-def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver_profiles(monkeypatch, tmp_path):
-    """One actor with the whole (fake) GPU, which the driver uses too (as on a one-GPU machine that runs the
-    job's driver): the actor takes turns at it, as actors sharing a GPU do, so a plain job builds while the
-    driver profiles for a kernel plan (the profile then holds a build's turn). Before, an actor with a GPU of
-    its own took no turns, and every build waited for that profile."""
+def _tune_while_the_driver_profiles(monkeypatch, tmp_path, wait_for, **executor_kwargs) -> tuple:
+    """A KernelSelector job (whose plan the driver profiles for) and a plain one, on Ray with one (fake) GPU,
+    the driver timing eager as on one local GPU. The pool hears its actors' answers only once the driver
+    profiles, and the profile first waits (up to 120 s each) for each event of wait_for, then for the plain
+    job to be building. Returns what those waits returned, the actors' stats, the slots' generations and the
+    results, with Ray shut down."""
     import threading
 
     from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend
@@ -638,7 +572,7 @@ def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver
 
         def profile(self, module, samples):
             profiling.set()
-            waited.append(building.wait(timeout=120))
+            waited.append(tuple(event.wait(timeout=120) for event in [*wait_for, building]))
             self.inner.profile(module, samples)
 
         def search(self):
@@ -647,7 +581,6 @@ def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver
         def cancel(self):
             self.inner.cancel()
 
-    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size, num_gpus: True)
     monkeypatch.setattr(pool_module.Slot, "ready", lambda self: profiling.is_set() and ready(self))
     monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
     monkeypatch.setattr(KernelSelectorBackend, "planner",
@@ -655,18 +588,54 @@ def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver
     strategy = ait.MaxThroughputStrategy([selector, plain], measure_config=fast_measure)
     model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
     ray_init(num_cpus=2, num_gpus=1)
-    executor = RayExecutor(gpus_per_actor=1.0, max_actors=1, cpus_per_actor=0, log_dir=str(tmp_path / "logs"))
+    executor = RayExecutor(cpus_per_actor=0, log_dir=str(tmp_path / "logs"), **executor_kwargs)
     executor.progress = progress
     gen = torch.Generator().manual_seed(2)
     try:
         ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
-        stats = executor.actor_stats()
+        stats, generations = executor.actor_stats(), [s.generation for s in executor.pool.slots]
     finally:
         executor.close()
         ray.shutdown()
-    assert waited == [True]   # the plain job was building while the driver profiled
+    return waited, stats, generations, model.report.results
+
+
+def test_while_the_driver_profiles_for_a_kernel_plan_actors_sharing_the_gpu_start_and_build(monkeypatch, tmp_path):
+    """One (fake) GPU, two actors in two waves, a KernelSelector job (whose plan the driver profiles for) and a
+    plain one. The pool hears the first actor's answer only once the driver profiles, and the profile waits
+    until the second actor has been started and the plain job is building: both happen only when the batch's
+    loop goes on polling the pool while the driver profiles (before, it waited for the profile), and when
+    actors that share their GPU may build during the profile (before, every build waited for it)."""
+    import threading
+
+    from aitune_ray.cluster import pool as pool_module
+
+    later, spawn = threading.Event(), pool_module.ActorPool._spawn
+
+    def spawning(self, slot):
+        spawn(self, slot)
+        if slot.num_gpus < 0.5:   # an actor of the later wave (0.499 of the GPU)
+            later.set()
+
+    monkeypatch.setattr(pool_module.ActorPool, "_spawn", spawning)
+    waited, _, generations, results = _tune_while_the_driver_profiles(monkeypatch, tmp_path, [later],
+                                                                      gpus_per_actor=0.5, max_actors=2)
+    assert waited == [(True, True)]   # the later actor started, and the plain job built, while the driver profiled
+    assert generations == [1, 1]
+    assert [r.status for r in results] == [OK, OK], [r.error for r in results]
+
+
+def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver_profiles(monkeypatch, tmp_path):
+    """One actor with the whole (fake) GPU, which the driver uses too (as on a one-GPU machine that runs the
+    job's driver): the actor takes turns at it, as actors sharing a GPU do, so a plain job builds while the
+    driver profiles for a kernel plan (the profile then holds a build's turn). Before, an actor with a GPU of
+    its own took no turns, and every build waited for that profile."""
+    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size, num_gpus: True)
+    waited, stats, _, results = _tune_while_the_driver_profiles(monkeypatch, tmp_path, [],
+                                                                gpus_per_actor=1.0, max_actors=1)
+    assert waited == [(True,)]   # the plain job was building while the driver profiled
     assert [s["shares_gpu"] for s in stats] == [True]
-    assert [r.status for r in model.report.results] == [OK, OK], [r.error for r in model.report.results]
+    assert [r.status for r in results] == [OK, OK], [r.error for r in results]
 
 
 def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path):
