@@ -485,8 +485,14 @@ def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, sh
     monkeypatch.setattr(executor, "_actors", lambda: actors)
     assert executor._on_one_gpu() is expected
     assert executor.actors_share_gpus() is (0 < share < 1)
-    executor._driver_turns = True     # the driver uses the pool's one GPU: whole-GPU actors take turns too
-    assert executor.actors_share_gpus() is (0 < share)
+    # On a cluster whose one GPU is this driver's, a pool of that many actors would be on it with the driver,
+    # whose actors then take turns too (asked before the pool is made: the size decides, not the pool).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(executor, "_driver_has_the_gpu", lambda: True)
+    monkeypatch.setattr(executor, "_actors", lambda: 0)
+    assert executor._driver_uses_the_gpu(actors) is expected
+    executor._driver_turns = True
+    assert executor.actors_share_gpus()
 
 
 def test_actors_that_share_gpus_start_one_per_gpu_first_then_the_rest_and_each_knows_it_shares(tmp_path):
@@ -630,10 +636,10 @@ def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver
     job's driver): the actor takes turns at it, as actors sharing a GPU do, so a plain job builds while the
     driver profiles for a kernel plan (the profile then holds a build's turn). Before, an actor with a GPU of
     its own took no turns, and every build waited for that profile."""
-    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size, num_gpus: True)
+    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size: True)
     waited, stats, _, results = _tune_while_the_driver_profiles(monkeypatch, tmp_path, [],
                                                                 gpus_per_actor=1.0, max_actors=1)
-    assert waited == [(True,)]   # the plain job was building while the driver profiled
+    assert waited == [(True,)]   # the plain job's build began before the driver's profile ended
     assert [s["shares_gpu"] for s in stats] == [True]
     assert [r.status for r in results] == [OK, OK], [r.error for r in results]
 

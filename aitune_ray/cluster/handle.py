@@ -3,8 +3,9 @@
 Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then searches, on
 a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs build while the search runs. On actors
 with a GPU each they also wait for the profile; actors that share their GPU, with each other or with the
-driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). Meanwhile this loop keeps polling the pool, which
-starts its later actors on time. A task that times out, loses its worker or raises becomes that job's result.
+driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). Meanwhile
+this loop keeps polling the pool, which starts its later actors on time. A task that times out, loses its
+worker or raises becomes that job's result.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class RayRunHandle(RunHandle):
     def _dispatch(self) -> None:
         if not self._queue or (not self._ex.actors_share_gpus() and any(not p.ready.is_set() for p in self._plans)):
             # The driver is still profiling for a kernel plan, whose tasks go first. Actors that share their
-            # GPU build meanwhile: the profile holds a build's turn there, which their timings wait for.
+            # GPU (with each other or the driver) build meanwhile: the profile holds a build's turn there,
+            # which their timings wait for.
             return
         box, intent = self._ex._box(self._ctx), self._ex._intent(self._ctx)
         while self._queue:

@@ -203,7 +203,7 @@ class RayExecutor(Executor):
             return
         # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
         self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self._driver_turns = self._local_gpus == 1
+        self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
         self._own_ray = self._local = True
         self._starting = Background(self._start, "starting Ray on this machine")
 
@@ -226,11 +226,11 @@ class RayExecutor(Executor):
         self._close_layout("no batch had come when Ray was up")
         size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
         if not self._local:
-            self._driver_turns = self._driver_uses_the_gpu(size, num_gpus)
+            self._driver_turns = self._driver_uses_the_gpu(size)
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
         self._own_log_dir = None if self.log_dir else log_dir
         self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
-                               turns=self._driver_turns and num_gpus > 0,
+                               turns=self._driver_turns,
                                max_restarts=self.max_actor_restarts, log_dir=log_dir,
                                limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
                                warm_up=self.warm_up)
@@ -481,22 +481,23 @@ class RayExecutor(Executor):
             return False
         return 0 < gpus <= mine + 1e-9
 
-    def _on_one_gpu(self) -> bool:
-        """Whether every actor of the pool is on one and the same GPU (one actor, or several sharing it)."""
-        return self.gpus_per_actor > 0 and self._actors() * self.gpus_per_actor <= 1 + 1e-9
+    def _on_one_gpu(self, actors: int | None = None) -> bool:
+        """Whether every actor of the pool (or of a pool of that many actors) is on one and the same GPU (one
+        actor, or several sharing it)."""
+        actors = self._actors() if actors is None else actors
+        return self.gpus_per_actor > 0 and actors * self.gpus_per_actor <= 1 + 1e-9
 
     def actors_share_gpus(self) -> bool:
         """Whether the actors share their GPUs, with each other (gpus_per_actor below 1) or with this driver,
         which times eager and profiles on the one GPU of a pool of whole-GPU actors (_driver_uses_the_gpu):
         the actors then take turns there, and so do the driver's timings and profiles."""
-        return shares_gpu(self.gpus_per_actor) or (self._driver_turns and self.gpus_per_actor > 0)
+        return shares_gpu(self.gpus_per_actor) or self._driver_turns
 
-    def _driver_uses_the_gpu(self, size: int, num_gpus: float) -> bool:
-        """Whether a pool of size actors with num_gpus each, on the cluster this driver joined, is on one GPU
-        that this driver, which has CUDA, uses too: a cluster whose one GPU is on the driver's node
-        (`ray job submit` to a one-GPU machine). A Ray started here: this machine has one GPU (open())."""
-        return (torch.cuda.is_available() and 0 < num_gpus and size * num_gpus <= 1 + 1e-9
-                and self._driver_has_the_gpu())
+    def _driver_uses_the_gpu(self, size: int) -> bool:
+        """Whether a pool of size actors, on the cluster this driver joined, is on one GPU that this driver,
+        which has CUDA, uses too: a cluster whose one GPU is on the driver's node (`ray job submit` to a
+        one-GPU machine). A Ray started here: this machine has one GPU (open())."""
+        return torch.cuda.is_available() and self._on_one_gpu(size) and self._driver_has_the_gpu()
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
