@@ -31,7 +31,8 @@ actor and result transfer), the re-measure, the chosen backend's restore on the 
 backend is compiled again there on Ray, reused inline), and on Ray each actor's process start, warm-up
 parts and the compile and torch threads it was given (inline: the driver's). With a run repeated
 (--runs inline,ray:1,inline,ray:1,...), a pairs table: per run name, its median wall over inline's median,
-each pair's ratio (the i-th inline run with the i-th of that name), and the same less the re-measure.
+each pair's ratio (the i-th inline run with the i-th of that name), the same less the re-measure, and
+each pair's start lag (the Ray run's first build after the end of inline's eager baseline).
 """
 
 from __future__ import annotations
