@@ -17,20 +17,26 @@ H200 = 141 * GIB
 
 
 def choose(**facts) -> layout.Layout:
-    args = {"job_bytes": GIB // 4, "gpu_bytes": H200, "gpus": 1, "cpus": 16, "builds": 4, **facts}
+    args = {"job_bytes": GIB // 4, "gpu_bytes": H200, "gpus": 2, "cpus": 32, "builds": 4, **facts}
     return layout.choose(**args)
 
 
 def test_a_small_model_with_more_builds_than_gpus_gets_two_actors_per_gpu():
     chosen = choose()
     assert chosen.actors_per_gpu == 2 and chosen.gpus_per_actor == 0.5
-    assert "4 builds for 1 GPU(s)" in chosen.reason and "side by side" in chosen.reason
+    assert "4 builds for 2 GPU(s)" in chosen.reason and "side by side" in chosen.reason
+
+
+def test_the_one_gpu_of_the_driver_gets_one_actor_which_builds_beside_the_drivers_profile():
+    chosen = choose(gpus=1, cpus=16, builds=9)
+    assert chosen.actors_per_gpu == 1
+    assert "the driver times on too" in chosen.reason and "beside the driver's baseline and profile" in chosen.reason
 
 
 @pytest.mark.parametrize("facts, words", [
-    ({"builds": 1}, "1 build(s) for 1 GPU(s)"),
+    ({"builds": 2}, "2 build(s) for 2 GPU(s)"),
     ({"builds": 8, "gpus": 8}, "8 build(s) for 8 GPU(s)"),
-    ({"cpus": 4}, "4 CPUs are too few for 2 actors"),
+    ({"cpus": 12}, "12 CPUs are too few for 4 actors"),
     ({"cpus": 30, "gpus": 4, "builds": 9}, "30 CPUs are too few for 8 actors"),
     ({"job_bytes": 14 * GIB}, "would need about 116.0 GiB beside the driver's 16.0 GiB, over 80% of a GPU's 141.0 GiB"),   # a 7B model in fp16
     ({"job_bytes": 2 * GIB, "gpu_bytes": 24 * GIB}, "over 80% of a GPU's 24.0 GiB"),
@@ -76,15 +82,23 @@ def _local_executor(monkeypatch, gpus=1, **kwargs) -> RayExecutor:
 
 
 def test_the_first_batch_on_a_ray_started_here_sets_the_layout_and_a_later_one_does_not(monkeypatch, tmp_path):
-    executor = _local_executor(monkeypatch)
+    executor = _local_executor(monkeypatch, gpus=2)
     assert executor.gpus_per_actor == 1.0 and executor.layout is None
     executor._choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 2 and executor.gpus_per_actor == 0.5
-    assert executor._pool_shape(1.0, 16.0) == (2, 0.5)
-    assert executor._on_one_gpu() and executor.actors_share_gpus()   # the driver times eager there, taking its turn
+    assert executor._pool_shape(2.0, 32.0) == (4, 0.5) and executor.actors_share_gpus()
     executor._choose_layout(_context(tmp_path), _jobs(1))      # a second module's batch changes nothing
     executor._close_layout("the pool is made")
     assert executor.gpus_per_actor == 0.5 and executor.layout.actors_per_gpu == 2
+
+
+def test_on_one_gpu_the_first_batch_gets_one_actor_which_takes_turns_with_the_driver(monkeypatch, tmp_path):
+    executor = _local_executor(monkeypatch)
+    executor._driver_turns = True     # as open() sets it for a Ray it starts on a machine of one GPU
+    executor._choose_layout(_context(tmp_path), _jobs(4))
+    assert executor.layout.actors_per_gpu == 1 and executor.gpus_per_actor == 1.0
+    assert executor._pool_shape(1.0, 16.0) == (1, 1.0)
+    assert executor._on_one_gpu() and executor.actors_share_gpus()   # the driver times eager there, taking its turn
 
 
 def test_a_pool_made_before_any_batch_came_has_one_actor_per_gpu_and_says_why(monkeypatch, tmp_path):

@@ -7,6 +7,10 @@ is a process of its own, with its own CUDA context and its own copy of the model
 get half the CPUs they would have alone. So a GPU is shared only when all of these hold:
 
 - the executor started Ray on this machine, so the GPUs are this process's and their memory is known;
+- the machine has two GPUs or more. On one GPU the driver times eager and profiles there, its one actor
+  takes turns with it (RayExecutor.actors_share_gpus) and so builds beside that profile, with all the
+  CPUs; a second actor would halve those and add its own start beside them (on the H200, one actor had
+  the builds done sooner: benchmarks/README.md);
 - the batch has more builds than there are GPUs;
 - two actors fit in a GPU's memory beside the driver's own copy of the model: each actor may hold the
   module, its samples and a few builds at once (COPIES times the job's bytes) plus its CUDA context and
@@ -53,6 +57,9 @@ def choose(*, job_bytes: int, gpu_bytes: int, gpus: int, cpus: int, builds: int)
     GPUs of gpu_bytes each (the smallest) and cpus CPUs."""
     if gpus < 1:
         return Layout(1, "no GPU")
+    if gpus == 1:
+        return Layout(1, "one GPU, which the driver times on too: its actor takes turns with the driver and "
+                         "builds beside the driver's baseline and profile, on all the CPUs")
     if builds <= gpus:
         return Layout(1, f"{builds} build(s) for {gpus} GPU(s): one actor per GPU has them all at once")
     actors = SHARED * gpus
