@@ -10,7 +10,7 @@ get half the CPUs they would have alone. So a GPU is shared only when all of the
 - the machine has two GPUs or more. On one GPU the driver times eager and profiles there, its one actor
   takes turns with it (RayExecutor.actors_share_gpus) and so builds beside that profile, with all the
   CPUs; a second actor would halve those and add its own start beside them (on the H200, one actor had
-  the builds done sooner: benchmarks/README.md);
+  the builds done as soon or sooner, with half the actor time: benchmarks/README.md);
 - the batch has more builds than there are GPUs;
 - two actors fit in a GPU's memory beside the driver's own copy of the model: each actor may hold the
   module, its samples and a few builds at once (COPIES times the job's bytes) plus its CUDA context and
