@@ -192,3 +192,82 @@ def _running(pid: int, started: str) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return fields[19] == started and fields[0] != "Z"
+
+
+def test_a_local_start_runs_the_api_server_beside_the_node_and_keeps_it_until_close(monkeypatch):
+    """Ray's API server starts on a thread of its own while the node's processes start (before, they waited for
+    it): here its start waits until the node's have begun, which would never happen if they waited for it."""
+    from ray._private import node as ray_node
+    from ray._private import services
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    node_started, seen = threading.Event(), []
+    api, processes, get_node = ray_node.Node.start_api_server, ray_node.Node.start_ray_processes, services.get_node
+
+    def api_after_the_node(self, *args, **kwargs):
+        seen.append(node_started.wait(60))
+        return api(self, *args, **kwargs)
+
+    def node_processes(self, *args, **kwargs):
+        node_started.set()
+        return processes(self, *args, **kwargs)
+
+    monkeypatch.setattr(ray_node.Node, "start_api_server", api_after_the_node)
+    monkeypatch.setattr(ray_node.Node, "start_ray_processes", node_processes)
+    executor = RayExecutor(max_actors=1)
+    try:
+        executor.open()
+        assert len(executor.pool.slots) == 1
+        assert seen == [True]                                  # the node's processes began first
+        (info,) = ray._private.worker._global_node.all_processes["dashboard"]
+        assert info.process.poll() is None                      # the API server is up, and Ray knows it
+        assert ray_node.Node.start_api_server is api_after_the_node and services.get_node is get_node
+        keepers = [t for t in threading.enumerate() if t.name == "aitune-ray-api-server"]
+        assert len(keepers) == 1 and keepers[0].is_alive()
+    finally:
+        executor.close()
+    keepers[0].join(30)
+    assert not ray.is_initialized() and not keepers[0].is_alive() and info.process.poll() is not None
+
+
+class _NodeTable:
+    """A GCS node table whose node registers at the third ask."""
+
+    def __init__(self):
+        self.asks, self.disconnected = 0, False
+
+    def _initialize_global_state(self, options):
+        pass
+
+    def node_table(self):
+        self.asks += 1
+        return [{"NodeID": "other", "Alive": True}] + ([{"NodeID": "n1", "Alive": True}] if self.asks >= 3 else [])
+
+    def disconnect(self):
+        self.disconnected = True
+
+
+def test_the_wait_for_the_node_to_register_asks_until_it_is_there(monkeypatch):
+    from ray._private import services, state
+
+    from aitune_ray.cluster import sooner
+
+    table = _NodeTable()
+    monkeypatch.setattr(state, "GlobalState", lambda: table)
+    monkeypatch.setattr(services, "_get_gcs_client_options", lambda address: address)
+    monkeypatch.setattr(sooner, "POLL_S", 0.0)
+    sooner._wait_registered("gcs:1", "n1")
+    assert table.asks == 3 and table.disconnected
+
+
+def test_a_node_table_that_cannot_be_read_leaves_the_wait_to_ray(monkeypatch):
+    from ray._private import services, state
+
+    from aitune_ray.cluster import sooner
+
+    table = _NodeTable()
+    table.node_table = lambda: (_ for _ in ()).throw(RuntimeError("GCS moved"))
+    monkeypatch.setattr(state, "GlobalState", lambda: table)
+    monkeypatch.setattr(services, "_get_gcs_client_options", lambda address: address)
+    sooner._wait_registered("gcs:1", "n1")           # returns: Ray's own get_node then waits as it does
+    assert table.disconnected
