@@ -42,7 +42,6 @@ from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
-from aitune_ray.cluster.sooner import sooner
 from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import gpu_identity, parse_device
@@ -206,10 +205,9 @@ class RayExecutor(Executor):
         self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
         self._own_ray = self._local = True
-        released = threading.Event()   # set once Ray is shut down: the threads that started its processes end
-        self._starting = Background(lambda: self._start(released), "starting Ray on this machine", released)
+        self._starting = Background(self._start, "starting Ray on this machine")
 
-    def _start(self, released: threading.Event | None = None) -> None:
+    def _start(self) -> None:
         started = time.perf_counter()
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS")
@@ -221,9 +219,8 @@ class RayExecutor(Executor):
                 logger.info("starting Ray on this machine (local single-node mode)")
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
                 # for the CPUs with the driver's recording and the tuner actors' own start.
-                with sooner(released or threading.Event()):
-                    ray.init(include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                             _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
+                ray.init(include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                         _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
             self._own_ray = True
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")

@@ -49,12 +49,11 @@ class Background:
     """start() runs on a daemon thread, which then stays until release(); wait() waits for start() to end and
     raises what it raised, as ClusterError."""
 
-    def __init__(self, start: Callable[[], None], what: str, released: threading.Event | None = None):
-        """released: set by release() (other threads that started some of Ray's processes may wait on it)."""
+    def __init__(self, start: Callable[[], None], what: str):
         self.what = what
         self.error: BaseException | None = None
         self._start = start
-        self._started, self._released = threading.Event(), released or threading.Event()
+        self._started, self._released = threading.Event(), threading.Event()
         self._sigterm = _exit_on_sigterm()
         self._rearmed = False
         self._thread = threading.Thread(target=self._run, name="aitune-ray-start", daemon=True)
