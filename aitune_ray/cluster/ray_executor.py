@@ -119,9 +119,9 @@ class RayExecutor(Executor):
         most max_actors. Below 1, several actors share each GPU (0.5: two): they build side by side and
         take turns at it for every timing (aitune_ray.measure.turns), and each holds its own copy of the
         model. None (the default): 1, except on a Ray this executor starts on a machine of two GPUs or
-        more, where two actors share each GPU when the first batch has more builds than GPUs, the node has the CPUs for
-        their compiles, and two actors' copies of the model fit in a GPU's memory beside the driver's
-        (aitune_ray.cluster.layout). A cluster without GPUs gets max_actors (or 1) CPU actors.
+        more, where two actors share each GPU when the first batch has more builds than GPUs, the node has
+        the CPUs for their compiles, and two actors' copies of the model fit in a GPU's memory beside the
+        driver's (aitune_ray.cluster.layout). A cluster without GPUs gets max_actors (or 1) CPU actors.
     cpus_per_actor: the CPUs Ray reserves for each actor (its compile workers use its share of the node's).
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
