@@ -72,12 +72,30 @@ def _jobs(n: int) -> list[CandidateJob]:
     return [CandidateJob(key=f"k{i}", spec={"type": "x", "config": {}}) for i in range(n)]
 
 
+class _NotStarting:
+    """Stands for the thread open() starts Ray on: nothing starts, and the start is never done."""
+
+    def __init__(self, start, what):
+        pass
+
+    def done(self) -> bool:
+        return False
+
+
 def _local_executor(monkeypatch, gpus=1, **kwargs) -> RayExecutor:
-    """A RayExecutor as open() leaves it when it starts Ray here on a machine of gpus H200s (not started)."""
-    executor = RayExecutor(**kwargs)
-    executor._local, executor._local_gpus = True, gpus
+    """A RayExecutor as open() leaves it when it starts Ray here on a machine of gpus H200s (Ray's start
+    itself left out)."""
+    from aitune_ray.cluster import ray_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(ray_executor, "Background", _NotStarting)
     monkeypatch.setattr(layout, "local_gpu_bytes", lambda: H200)
     monkeypatch.setattr(layout, "local_cpus", lambda: 16 * gpus)
+    executor = RayExecutor(**kwargs)
+    executor.open()
+    assert executor._local and executor._local_gpus == gpus
     return executor
 
 
@@ -94,7 +112,6 @@ def test_the_first_batch_on_a_ray_started_here_sets_the_layout_and_a_later_one_d
 
 def test_on_one_gpu_the_first_batch_gets_one_actor_which_takes_turns_with_the_driver(monkeypatch, tmp_path):
     executor = _local_executor(monkeypatch)
-    executor._driver_turns = True     # as open() sets it for a Ray it starts on a machine of one GPU
     executor._choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 1 and executor.gpus_per_actor == 1.0
     assert executor._pool_shape(1.0, 16.0) == (1, 1.0)
