@@ -36,7 +36,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
-from aitune_ray.cluster import layout
+from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
@@ -165,6 +165,7 @@ class RayExecutor(Executor):
         self._local_gpus = 0                       # the GPUs a local Ray was started with
         self._driver_turns = False                 # this driver uses the pool's one GPU: its actors take turns
         self.open_s: float | None = None       # seconds open() took to start or join Ray and create the actors
+        self.started_lean: bool | None = None   # a Ray started here: without its API server (lean_start)
         self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
         self.puts = 0                   # ray.put calls made for modules and samples
         self.put_s = 0.0                # seconds those took
@@ -218,9 +219,11 @@ class RayExecutor(Executor):
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
-                # for the CPUs with the driver's recording and the tuner actors' own start.
-                ray.init(include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                         _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False})
+                # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
+                # server, which this job's own Ray does not serve (lean_start).
+                self.started_lean = lean_start.start(lambda: ray.init(
+                    include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
             self._own_ray = True
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")
