@@ -78,14 +78,12 @@ class TunerActor:
     def stats(self) -> dict:
         return {**self.worker.stats(), "slot": self.slot}
 
-    def _load(self, name: str, box: list, intent: str) -> None:   # beside the warm-up's last step, then after it
-        if self._warm is not None:
-            self._warm.skip_rest()
+    def _load(self, name: str, box: list, intent: str) -> None:
+        self._ready()
         device = device_for(intent)
         if intent == "cuda" and device.type == "cpu":
             logger.warning("the driver asked for cuda but this worker has no CUDA device: using the CPU")
         self.worker.load(name, _token(box) + (intent,), lambda: _fetch(box), device)
-        self._ready()
 
     def discard(self, name: str) -> None:
         self.worker.discard(name)

@@ -1,8 +1,7 @@
 """A worker process's warm-up: the one-time costs of its first compile, paid before its first task needs them.
 
 The warm-up runs in steps on a thread of its own, so that a tuner actor answers at once. The first task
-stops it (WarmUp.stop): the step under way ends, the others are skipped (but the start of Inductor's compile
-workers, KEPT_AFTER_STOP), and the task goes on. A warm-up
+stops it (WarmUp.stop): the step under way ends, the others are skipped, and the task goes on. A warm-up
 therefore never delays work by more than one step, and where the driver has work ready before the actor is
 up (one local GPU, a short recording), the builds pay the compiler's first use themselves, as inline does,
 instead of waiting for a compile of a function of the warm-up's own.
@@ -63,12 +62,6 @@ def _torchao_import() -> None:
         importlib.import_module("torchao.quantization")
 
 
-# Steps that run even once a task has stopped the warm-up: starting Inductor's compile workers takes a few
-# tenths of a second and lets the pool come up in the background while the first build traces (a build
-# that finds no pool ready compiles in its own process, one kernel after another).
-KEPT_AFTER_STOP = ("compile_pool_start_s",)
-
-
 def steps_for(mode: str) -> list[tuple[str, Callable[[], None]]]:
     """The skippable steps of mode, in order, each (name of its seconds, function)."""
     if mode not in WARM_UP_MODES:
@@ -118,13 +111,9 @@ class WarmUp:
         self._thread = threading.Thread(target=self._run, name="warm-up", daemon=True)
         self._thread.start()
 
-    def skip_rest(self) -> None:
-        """From now on, no step begins (but those of KEPT_AFTER_STOP); the one under way goes on. Returns at once."""
-        self.stopping.set()
-
     def stop(self) -> dict:
         """Skip what is left after the step under way, wait for that step, and return the seconds."""
-        self.skip_rest()
+        self.stopping.set()
         if self._thread is not None:
             self._thread.join()
             if "inductor_config_import_s" in self.seconds():   # Inductor's import, the first step, succeeded
@@ -171,7 +160,7 @@ class WarmUp:
             return
         self._record(inductor_config_import_s=time.perf_counter() - started)
         for index, (name, step) in enumerate(self.steps):
-            if self.stopping.is_set() and name not in KEPT_AFTER_STOP:
+            if self.stopping.is_set():
                 with self._lock:
                     self._skipped = [n for n, _ in self.steps[index:]]
                 logger.info("warm-up stopped by the first task: %s skipped", ", ".join(self._skipped))

@@ -51,19 +51,6 @@ def test_a_warm_up_stopped_at_once_still_sets_the_thread_counts(threads):
     assert "second_s" in seconds["skipped"]
 
 
-def test_the_compile_workers_start_even_when_a_task_stopped_the_warm_up_first(threads):
-    """Their start only launches the pool (it comes up in the background while the first build traces), so
-    a task that comes before it does not skip it; what follows it is skipped."""
-    ran = []
-    warm = WarmUp(3, "compile", steps=[("compile_pool_start_s", lambda: ran.append("pool")),
-                                       ("cuda_context_s", lambda: pytest.fail("ran after stop"))])
-    warm.skip_rest()   # the first task came before any step began
-    warm.start()
-    seconds = warm.stop()
-    assert ran == ["pool"] and "compile_pool_start_s" in seconds
-    assert seconds["skipped"] == ["cuda_context_s"]
-
-
 def test_a_failing_step_ends_the_warm_up_without_raising(threads, caplog):
     def broken():
         raise RuntimeError("no compiler here")
