@@ -15,7 +15,6 @@ import json
 import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from publish import publish  # noqa: E402
+from publish import child_result, publish  # noqa: E402
 
 MODES = {"idle": "the driver idle", "thread": "a busy thread in the driver", "process": "a busy separate process"}
 
@@ -74,12 +73,7 @@ def child(mode: str) -> float:
 
 def run(mode: str) -> float:
     env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"))
-    proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True,
-                          timeout=300)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"a run failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
-    return json.loads(line[len("RESULT "):])
+    return child_result([sys.executable, __file__, "--child", mode], env)
 
 
 def main() -> int:

@@ -20,7 +20,6 @@ import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from publish import publish  # noqa: E402
+from publish import child_result, publish  # noqa: E402
 
 
 def _timed(owner, name: str, label, seconds: dict) -> None:
@@ -90,11 +89,7 @@ def run(plain_shutdown: bool, plain_start: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     cmd = [sys.executable, __file__, "--child"] + (["--plain-shutdown"] if plain_shutdown else []) + \
         (["--plain-start"] if plain_start else [])
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"a run failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
-    return json.loads(line[len("RESULT "):])
+    return child_result(cmd, env)
 
 
 def main() -> int:
