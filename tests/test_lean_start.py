@@ -113,3 +113,4 @@ def test_another_failure_of_ray_init_is_raised_as_it_is():
     with pytest.raises(RuntimeError, match="no room"):
         lean_start.start(init)
     assert calls == [1]   # not started a second time
+    assert lean_start.start(lambda: None) is False   # an init that started no node (it joined one) was not lean

@@ -32,13 +32,13 @@ class NotRegistered(RuntimeError):
 
 def start(init: Callable[[], object]) -> bool:
     """Run init (a ray.init() that starts a new local Ray) the lean way. When the node does not register,
-    its processes are stopped and init runs again as Ray does it. Returns whether the lean start was used.
-    Any other failure of init is raised as it is."""
+    its processes are stopped and init runs again as Ray does it. Returns whether a node was started the
+    lean way (not when init joined a running Ray instead). Any other failure of init is raised as it is."""
     nodes: list = []
     try:
         with lean(nodes):
             init()
-        return True
+        return bool(nodes)
     except NotRegistered as exc:
         logger.warning("Ray did not come up without its API server (%s): starting it again as Ray does", exc)
         _take_down(nodes)
