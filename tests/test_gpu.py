@@ -170,23 +170,24 @@ def test_the_warm_up_on_its_own_thread_compiles_and_leaves_the_task_thread_set_u
         torch.testing.assert_close(compiled(x), torch.relu(x) + 1.0)
 
 
-def test_the_modules_a_prestarted_worker_imports_leave_the_gpus_to_ray():
+def test_the_modules_a_prestarted_worker_imports_load_no_cuda_driver():
     """aitune_ray.cluster.prestart: a worker imports them before Ray gives it an actor and sets its
-    CUDA_VISIBLE_DEVICES. They must not initialize CUDA, or the process would keep seeing every GPU."""
+    CUDA_VISIBLE_DEVICES, so they must not initialize CUDA (the driver would then see every GPU)."""
     from aitune_ray.cluster.prestart import PRELOAD
 
-    def devices_after(first: str) -> str:
-        code = textwrap.dedent(f"""
-            import importlib, os
-            {first}
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""   # as Ray sets it once the actor is assigned
-            import torch
-            print(torch.cuda.device_count())
-        """)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout.split()[-1]
-
-    assert devices_after(f"for name in {list(PRELOAD)!r}: importlib.import_module(name)") == "0"
-    # the check sees a process that used CUDA before: it keeps its GPU
-    assert devices_after("import torch; torch.zeros(1, device='cuda')") != "0"
+    code = textwrap.dedent(f"""
+        import importlib
+        for name in {list(PRELOAD)!r}:
+            importlib.import_module(name)
+        import torch
+        maps = open("/proc/self/maps").read()
+        print("libcuda.so" in maps, torch.cuda.is_initialized())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["False", "False"], out.stdout
+    # and the check itself sees the driver once CUDA is used
+    used = subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda'); "
+                           "print('libcuda.so' in open('/proc/self/maps').read())"],
+                          capture_output=True, text=True, timeout=300)
+    assert used.stdout.split()[-1:] == ["True"], used.stdout + used.stderr[-2000:]
