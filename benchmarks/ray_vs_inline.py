@@ -63,13 +63,11 @@ from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.warm_up import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 
-NO_PRESTART = "noprestart"
-
 
 def parse_run(text: str) -> tuple[str, int]:
     """("inline", 1) or ("ray", N) from "inline", "ray:N", "cluster:N", either with "xK" after N (K actors
-    per GPU, see actors_per_gpu) or with ":WARMUP" (see run_warm_up) or ":noprestart" (see run_prestart).
-    A cluster run connects to a Ray head started before it (see HeadNode)."""
+    per GPU, see actors_per_gpu) or with ":WARMUP" (see run_warm_up). A cluster run connects to a Ray head
+    started before it (see HeadNode)."""
     kind, _, rest = text.partition(":")
     count, _, warm = rest.partition(":")
     gpus, _, per_gpu = count.partition("x")
@@ -77,11 +75,10 @@ def parse_run(text: str) -> tuple[str, int]:
         return "inline", 1
     if (kind in ("ray", "cluster") and gpus.isdigit() and int(gpus) >= 1 and (not per_gpu or per_gpu.isdigit()
                                                                                and int(per_gpu) >= 1)
-            and (not warm or warm in WARM_UP_MODES or warm == NO_PRESTART)):
+            and (not warm or warm in WARM_UP_MODES)):
         return "ray", int(gpus)
     raise SystemExit(f"a run is 'inline', 'ray:N', 'cluster:N', either as 'ray:NxK' (K actors per GPU) or with "
-                     f"':WARMUP' (N, K >= 1, WARMUP one of {', '.join(WARM_UP_MODES)}) or ':{NO_PRESTART}', "
-                     f"not {text!r}")
+                     f"':WARMUP' (N, K >= 1, WARMUP one of {', '.join(WARM_UP_MODES)}), not {text!r}")
 
 
 def actors_per_gpu(text: str) -> int | None:
@@ -149,13 +146,7 @@ class HeadNode:
 
 def run_warm_up(text: str) -> str:
     """The actors' warm-up of a Ray run: "ray:1:imports" -> "imports"; RayExecutor's default otherwise."""
-    return text.split(":")[2] if text.count(":") == 2 and not text.endswith(NO_PRESTART) else "compile"
-
-
-def run_prestart(text: str) -> bool:
-    """Whether a Ray run's local Ray launches its actors' workers ahead (RayExecutor(prestart=...)): not in
-    "ray:1:noprestart", where each actor's worker is launched once the actor is created."""
-    return not text.endswith(":" + NO_PRESTART)
+    return text.split(":")[2] if text.count(":") == 2 else "compile"
 
 
 def short_label(spec: dict) -> str:
@@ -294,8 +285,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
                 else ait.RayExecutor(args.address if run_name.startswith("cluster:") else None,
                                      max_actors=None if own else gpus * (per_gpu or 1),
                                      gpus_per_actor=None if per_gpu is None else 1 / per_gpu, log_dir=logs,
-                                     progress=events.append, warm_up=run_warm_up(run_name),
-                                     prestart=run_prestart(run_name)))
+                                     progress=events.append, warm_up=run_warm_up(run_name)))
     if args.run_timeout:   # shortly before the parent kills a hung run: every stack, the driver's and the actors'
         # (faulthandler's own thread needs no GIL: it also reports a hang inside a C call or at exit)
         faulthandler.dump_traceback_later(max(1.0, args.run_timeout - 15), exit=False)
@@ -344,8 +334,6 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         phases["executor.open() until it returned s"] = round(max(opened, default=0.0), 2)
         # a local Ray starts on a thread of its own, while the driver records, times eager and profiles
         phases["Ray start and actor creation (on open's thread) s"] = round(executor.open_s or 0.0, 2)
-        # workers Ray launched while it started, torch imported there before the actors came (prestart)
-        phases["workers launched ahead of the actors"] = executor.prestarted
         phases["actors per GPU (the executor's choice)"] = (
             f"{executor.layout.actors_per_gpu}: {executor.layout.reason}" if executor.layout is not None
             else f"{round(1 / executor.gpus_per_actor) if executor.gpus_per_actor else 0}"

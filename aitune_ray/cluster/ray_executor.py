@@ -36,7 +36,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
-from aitune_ray.cluster import layout, lean_start, prestart
+from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
@@ -133,16 +133,13 @@ class RayExecutor(Executor):
     warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
         (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
-    prestart: on a Ray this executor starts on this machine, Ray launches a worker per actor of the first
-        wave while it starts, and each imports torch and the actor's module before the actor is created
-        (aitune_ray.cluster.prestart). False: each actor's worker is launched once the actor is created.
     """
 
     def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
                  progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
-                 warm_up: str = "compile", prestart: bool = True):
+                 warm_up: str = "compile"):
         if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
         if max_actors is not None and max_actors < 1:
@@ -162,14 +159,13 @@ class RayExecutor(Executor):
         self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
-        self.warm_up, self.prestart = warm_up, prestart
+        self.warm_up = warm_up
         self._pool: ActorPool | None = None
         self._starting: Background | None = None   # a local Ray's start, under way on its own thread
         self._local_gpus = 0                       # the GPUs a local Ray was started with
         self._driver_turns = False                 # this driver uses the pool's one GPU: its actors take turns
         self.open_s: float | None = None       # seconds open() took to start or join Ray and create the actors
         self.started_lean: bool | None = None   # a Ray started here: without its API server (lean_start)
-        self.prestarted = 0   # workers that Ray started here launched ahead of its actors (prestart)
         self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
         self.puts = 0                   # ray.put calls made for modules and samples
         self.put_s = 0.0                # seconds those took
@@ -222,17 +218,12 @@ class RayExecutor(Executor):
                 ray.init(address=address)
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
-                # One worker prestarted per actor of the first wave, torch imported there before the
-                # actor is created (prestart), not one per CPU, whose start would compete for the CPUs with
-                # the driver's recording and the actors' own start. No API server, which this job's own
-                # Ray does not serve (lean_start).
-                workers = self._pool_shape(self._local_gpus, None, quiet=True)[0] if self.prestart else 0
-                config = prestart.system_config(workers)
-                self.prestarted = workers if config["prestart_worker_first_driver"] else 0
-                with prestart.capped(workers):
-                    self.started_lean = lean_start.start(lambda: ray.init(
-                        include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                        _system_config=config))
+                # No idle workers prestarted, one per CPU: on a many-core machine their start competes
+                # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
+                # server, which this job's own Ray does not serve (lean_start).
+                self.started_lean = lean_start.start(lambda: ray.init(
+                    include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
             self._own_ray = True
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")
