@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from publish import publish  # noqa: E402
+from publish import fresh_caches, publish  # noqa: E402
 
 
 def child(mode: str, backends: list[str], out: str) -> None:
@@ -75,8 +75,7 @@ def child(mode: str, backends: list[str], out: str) -> None:
 
 def run_child(mode: str, args) -> dict:
     out = Path(tempfile.mkdtemp(prefix="actor-start-")) / "run.json"
-    env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
-               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+    env = fresh_caches(os.environ)
     cmd = [sys.executable, __file__, "--child", mode, "--child-out", str(out), "--backends", args.backends]
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)

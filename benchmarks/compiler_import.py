@@ -15,13 +15,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from publish import child_result, publish  # noqa: E402
+from publish import child_result, fresh_caches, publish  # noqa: E402
 
 VARIANTS = ("one after the other", "utilities beside the import")
 
@@ -66,9 +65,7 @@ def main() -> None:
     rows: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     for i in range(args.repeats):
         for variant in (VARIANTS if i % 2 == 0 else VARIANTS[::-1]):
-            with tempfile.TemporaryDirectory() as cache:
-                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton"}
-                result = child_result([sys.executable, __file__, "--child", variant], env)
+            result = child_result([sys.executable, __file__, "--child", variant], fresh_caches(os.environ))
             rows[variant].append(result)
             print(f"{variant}: {result}", flush=True)
     keys = ["torch s", "Inductor import s", "Triton utilities s", "ready to compile, after torch s"]

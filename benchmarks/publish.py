@@ -1,10 +1,12 @@
 """How a benchmark hands on its table: printed, and with --out written there, its numbers as JSON beside it;
-and how a run in a fresh process hands its numbers to the benchmark (child_result)."""
+and how a run in a fresh process starts from empty compiler caches (fresh_caches) and hands its numbers to
+the benchmark (child_result)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 
@@ -17,6 +19,12 @@ def publish(text: str, out: str | None, data) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text.rstrip("\n") + "\n")
     path.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def fresh_caches(env: dict) -> dict:
+    """env with new, empty Inductor and Triton cache folders, as a new process on a new machine has them."""
+    return dict(env, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
+                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
 
 
 def child_result(cmd: list[str], env: dict, timeout: float = 300):

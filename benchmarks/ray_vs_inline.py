@@ -62,6 +62,7 @@ from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.warm_up import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
+from publish import fresh_caches  # noqa: E402
 
 
 def parse_run(text: str) -> tuple[str, int]:
@@ -366,8 +367,7 @@ def dump_stacks(executor) -> None:
 def run_child(run_name: str, args) -> dict:
     """One run in a fresh process (a crash or a hang costs that run only)."""
     out = Path(tempfile.mkdtemp(prefix="ray-vs-inline-")) / "run.json"
-    env = dict(os.environ, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
-               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+    env = fresh_caches(os.environ)
     cmd = [sys.executable, __file__, "--child", run_name, "--child-out", str(out), "--model", args.model,
            "--device", args.device, "--backends", args.backends]
     for flag, value in (("--log-dir", args.log_dir), ("--dtype", args.dtype), ("--run-timeout", args.run_timeout)):
