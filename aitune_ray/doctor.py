@@ -18,6 +18,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from aitune_ray.bytecode import advice, uncached
+
 logger = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_CANNOT_RUN = 0, 1
@@ -165,13 +167,17 @@ def machine_report(ray_gpus: float | None = None) -> dict:
     if physical and not cuda:
         notes.append(f"an NVIDIA driver ({driver}) is present but torch sees no CUDA device "
                      f"(torch {torch.__version__} built for CUDA {torch.version.cuda or 'none'})")
+    missing = uncached()
+    if missing:
+        notes.append(advice(missing))
     if ray_gpus and not cuda:
         notes.append(f"Ray advertises {ray_gpus:g} GPU(s) here but torch sees no CUDA device: tuning there runs "
                      "on the CPU")
     return {"node": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda or "", "cuda_available": cuda, "gpus": cards, "driver": driver,
             "ray_gpus": ray_gpus, "libraries": libraries, "backends": backends, "providers": providers,
-            "target": target, "runnable": runnable, "can_run": bool(runnable), "notes": notes}
+            "target": target, "runnable": runnable, "can_run": bool(runnable), "uncached_bytecode": missing,
+            "notes": notes}
 
 
 # ----- the command ------------------------------------------------------------------------------------

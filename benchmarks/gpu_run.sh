@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [bytecode|tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
 out=${1:-gpu-results}; shift || true
-parts=${*:-tests backends ray}
+parts=${*:-bytecode tests backends ray}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled}
 gpus=$(nvidia-smi -L | wc -l)
@@ -18,6 +18,9 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for part in $parts; do
   echo "== $part $(date +%T)"
   case $part in
+    bytecode)   # first: write Python's bytecode caches where the machine has none, as a user's pip install
+      # does (without them every new process, each Ray actor included, compiles torch and Inductor from source)
+      python benchmarks/bytecode.py --write --repeats 1 2>&1 | tee "$out/bytecode.txt" ;;
     tests)
       timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py tests/test_profile_process.py -m gpu -v \
         -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1

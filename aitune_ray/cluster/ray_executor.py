@@ -36,6 +36,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
+from aitune_ray.bytecode import advice, uncached
 from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
@@ -199,6 +200,9 @@ class RayExecutor(Executor):
         the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
         if self._pool is not None or self._starting is not None:
             return
+        missing = uncached()
+        if missing:   # the actors on this machine pay it before their first build; doctor checks every node
+            logger.warning("tuner actors here will start slowly: %s", advice(missing))
         if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
             self._start()
             return

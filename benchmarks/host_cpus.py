@@ -1,0 +1,132 @@
+"""Eager's host-bound call pinned to each CPU in turn, with what else each CPU did meanwhile; prints a table.
+
+    python benchmarks/host_cpus.py --passes 3 --out host_cpus.md
+
+The ViT-B-sized fp16 encoder at batch 8 is host-bound on an H200, and a user's loop over it read 2 to 4.4 ms
+per call within one process, depending on the CPU the loop ran on (benchmarks/host_modes.py). This pins the
+loop's thread to every CPU the process may use, one after another (the order rotated per pass), and times it
+as a user's loop does: bursts of 100 back-to-back calls between two synchronizes, perf_counter. Over each
+CPU's bursts it reads, from /proc, what that CPU and its SMT siblings spent on other work: the share of time
+stolen by the hypervisor, in interrupts and soft interrupts, and busy with other threads; and how many
+device interrupts that CPU took per second. Last, the loop runs unpinned, a burst at a time, with the CPU it
+ran on after each burst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from backends import make_model  # noqa: E402
+from host_modes import bursts, current_cpu  # noqa: E402
+from publish import publish  # noqa: E402
+
+FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_times() -> dict[int, dict[str, int]]:
+    """Per CPU, /proc/stat's counters (clock ticks)."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            out[int(name[3:])] = dict(zip(FIELDS, (int(v) for v in values)))
+    return out
+
+
+def interrupts() -> dict[int, int]:
+    """Per CPU, the interrupts taken so far (every line of /proc/interrupts with per-CPU counts)."""
+    lines = Path("/proc/interrupts").read_text().splitlines()
+    cpus = [int(c[3:]) for c in lines[0].split()]
+    totals = dict.fromkeys(cpus, 0)
+    for line in lines[1:]:
+        parts = line.split()[1:1 + len(cpus)]
+        if len(parts) == len(cpus) and all(p.isdigit() for p in parts):
+            for cpu, count in zip(cpus, parts):
+                totals[cpu] += int(count)
+    return totals
+
+
+def siblings(cpu: int) -> list[int]:
+    """The other hardware threads of cpu's core (empty when the machine does not say)."""
+    path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+    if not path.exists():
+        return []
+    found = []
+    for part in path.read_text().strip().split(","):
+        low, _, high = part.partition("-")
+        found += list(range(int(low), int(high or low) + 1))
+    return [c for c in found if c != cpu]
+
+
+def shares(before: dict, after: dict, cpu: int) -> dict[str, float]:
+    delta = {f: after[cpu][f] - before[cpu][f] for f in FIELDS}
+    total = sum(delta.values()) or 1
+    return {"steal": delta["steal"] / total, "irq": (delta["irq"] + delta["softirq"]) / total,
+            "busy": (delta["user"] + delta["nice"] + delta["system"]) / total}
+
+
+def pinned(model, x, cpu: int, count: int, calls: int) -> dict:
+    os.sched_setaffinity(0, {cpu})
+    bursts(model, x, 2, calls)   # settle on the CPU
+    stat0, irq0, t0 = cpu_times(), interrupts(), time.perf_counter()
+    times, _ = bursts(model, x, count, calls)
+    stat1, irq1, seconds = cpu_times(), interrupts(), time.perf_counter() - t0
+    mate = siblings(cpu)
+    return {"cpu": cpu, "ms": times, "own": shares(stat0, stat1, cpu),
+            "siblings": {m: shares(stat0, stat1, m)["busy"] for m in mate},
+            "irq_per_s": (irq1.get(cpu, 0) - irq0.get(cpu, 0)) / seconds}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--bursts", type=int, default=5, help="bursts per CPU per pass")
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("host_cpus.py needs a CUDA GPU")
+    model, data = make_model("encoder", torch.device("cuda"), torch.float16)
+    model = model.to("cuda", torch.float16).eval()
+    x = torch.randn(args.batch, *data[0].shape[1:], device="cuda", dtype=torch.float16)
+    allowed = sorted(os.sched_getaffinity(0))
+    bursts(model, x, 5, args.calls)   # warm-up
+    runs: dict[int, list[dict]] = {cpu: [] for cpu in allowed}
+    for index in range(args.passes):
+        shift = index * max(1, len(allowed) // args.passes)
+        for cpu in allowed[shift:] + allowed[:shift]:
+            runs[cpu].append(pinned(model, x, cpu, args.bursts, args.calls))
+    os.sched_setaffinity(0, set(allowed))
+    free = [(*bursts(model, x, 1, args.calls)[0], current_cpu()) for _ in range(args.bursts * 4)]
+    lines = [f"### Eager encoder fp16, batch {args.batch}, pinned to each CPU: ms per call ({args.passes} passes of "
+             f"{args.bursts} bursts of {args.calls} calls; CPUs allowed: {len(allowed)})", "",
+             "| CPU | SMT siblings | median ms per pass | lowest | stolen | interrupts (share) | device interrupts/s | "
+             "siblings busy |", "|---|---|---|---|---|---|---|---|"]
+    for cpu, these in runs.items():
+        per_pass = [statistics.median(r["ms"]) for r in these]
+        everything = [t for r in these for t in r["ms"]]
+        mates = sorted({m for r in these for m in r["siblings"]})
+        busy = [statistics.fmean(r["siblings"].values()) for r in these if r["siblings"]]
+        lines.append(f"| {cpu} | {', '.join(map(str, mates)) or '-'} | {', '.join(f'{m:.2f}' for m in per_pass)} | "
+                     f"{min(everything):.2f} | {max(r['own']['steal'] for r in these):.1%} | "
+                     f"{max(r['own']['irq'] for r in these):.1%} | {statistics.fmean(r['irq_per_s'] for r in these):.0f} | "
+                     + (f"{max(busy):.0%}" if busy else "-") + " |")
+    lines += ["", "Unpinned afterwards, one burst at a time: " +
+              ", ".join(f"{ms:.2f} (CPU {cpu})" for ms, cpu in free)]
+    publish("\n".join(lines), args.out, {"pinned": {str(c): r for c, r in runs.items()},
+                                         "unpinned": [{"ms": ms, "cpu": cpu} for ms, cpu in free]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
