@@ -27,14 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from aitune_ray.cluster.starting import Background  # noqa: E402
-from backends import make_model  # noqa: E402
-from host_modes import bursts  # noqa: E402
+from host_modes import bursts, encoder_at  # noqa: E402
 from publish import publish  # noqa: E402
 
 START_RAY = ("import ray; ray.init(include_dashboard=False, log_to_driver=False, num_gpus=0,"
@@ -80,12 +77,7 @@ def main() -> int:
     parser.add_argument("--idle-bursts", type=int, default=8)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("baseline_beside_start.py needs a CUDA GPU")
-    model, data = make_model("encoder", torch.device("cuda"), torch.float16)
-    model = model.to("cuda", torch.float16).eval()
-    x = torch.randn(args.batch, *data[0].shape[1:], device="cuda", dtype=torch.float16)
-    bursts(model, x, 5, args.calls)   # warm-up
+    model, x = encoder_at(args.batch, args.calls, "baseline_beside_start.py")
     phases = {
         "idle": lambda: (bursts(model, x, args.idle_bursts, args.calls)[0], 0.0),
         "beside ray.init() on a thread (GIL shared)": lambda: ray_on_a_thread(model, x, args.calls),

@@ -21,12 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from backends import make_model  # noqa: E402
-from host_modes import bursts, current_cpu  # noqa: E402
+from host_modes import bursts, current_cpu, encoder_at  # noqa: E402
 from publish import publish  # noqa: E402
 
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -94,13 +91,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("host_cpus.py needs a CUDA GPU")
-    model, data = make_model("encoder", torch.device("cuda"), torch.float16)
-    model = model.to("cuda", torch.float16).eval()
-    x = torch.randn(args.batch, *data[0].shape[1:], device="cuda", dtype=torch.float16)
+    model, x = encoder_at(args.batch, args.calls, "host_cpus.py")
     allowed = sorted(os.sched_getaffinity(0))
-    bursts(model, x, 5, args.calls)   # warm-up
     runs: dict[int, list[dict]] = {cpu: [] for cpu in allowed}
     for index in range(args.passes):
         shift = index * max(1, len(allowed) // args.passes)

@@ -53,6 +53,18 @@ def bursts(model, x, count: int, calls: int) -> tuple[list[float], set[int]]:
     return times, cpus
 
 
+def encoder_at(batch: int, calls: int, script: str):
+    """(model, x): the ViT-B-sized fp16 encoder on the GPU and an input at batch, warmed up by a few bursts of
+    calls; script names the caller in the error on a machine without CUDA."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} needs a CUDA GPU")
+    model, data = make_model("encoder", torch.device("cuda"), torch.float16)
+    model = model.to("cuda", torch.float16).eval()
+    x = torch.randn(batch, *data[0].shape[1:], device="cuda", dtype=torch.float16)
+    bursts(model, x, 5, calls)
+    return model, x
+
+
 def compile_workers() -> None:
     from torch._inductor.async_compile import maybe_warm_pool
 
@@ -78,12 +90,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("host_modes.py needs a CUDA GPU")
-    model, data = make_model("encoder", torch.device("cuda"), torch.float16)
-    model = model.to("cuda", torch.float16).eval()
-    x = torch.randn(args.batch, *data[0].shape[1:], device="cuda", dtype=torch.float16)
-    bursts(model, x, 5, args.calls)   # warm-up
+    model, x = encoder_at(args.batch, args.calls, "host_modes.py")
     phases = {}
     phases["fresh"] = bursts(model, x, args.bursts, args.calls)
     phases["fresh, again"] = bursts(model, x, args.bursts, args.calls)
