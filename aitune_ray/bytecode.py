@@ -5,7 +5,7 @@ Python keeps the bytecode of an imported module in a cache file beside it (or un
 (packages installed without them, and PYTHONDONTWRITEBYTECODE set so no import writes them, as some
 container images do) compiles every module from source in every new process. Each tuner actor is such a
 process: on an H200 machine of that kind, importing torch took 2.3 to 3.4 s and Inductor 8 to 10.7 s, against
-1.5 s and 3.2 to 3.5 s once the caches were written (benchmarks/README.md). Inline tuning pays it once, in
+1.3 to 1.5 s and 3.2 to 3.8 s once the caches were written (benchmarks/README.md). Inline tuning pays it once, in
 the driver; a Ray job pays it again in every actor before its first build.
 """
 
@@ -67,7 +67,8 @@ def folders(names: list[str]) -> list[str]:
         spec = importlib.util.find_spec(name.partition(".")[0])
         if spec is None or not spec.origin:
             continue
-        site = str(Path(spec.origin).parent.parent)
+        origin = Path(spec.origin)
+        site = str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)
         if site not in out:
             out.append(site)
     return out

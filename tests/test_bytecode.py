@@ -86,3 +86,12 @@ def test_the_doctor_and_the_ray_executor_pass_the_advice_on(monkeypatch, caplog)
     with caplog.at_level(logging.WARNING, logger=ray_executor.__name__):
         ray_executor.RayExecutor().open()
     assert any("start slowly" in r.getMessage() and "torch, sympy" in r.getMessage() for r in caplog.records)
+
+
+def test_the_fix_names_the_folder_that_holds_a_package_or_a_module(tmp_path, monkeypatch):
+    from aitune_ray.bytecode import folders
+
+    site = _site(tmp_path)
+    (site / "slowmod.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert folders(["slowpkg", "slowmod", "absentpkg"]) == [str(site)]
