@@ -328,6 +328,7 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
         speedups[mod.module] = dict(mod.speedups)
     results = [r for mod in report.modules for r in mod.results]
     phases = time_budget(events, results, identities, started_wall, wall, sum(materialized))
+    phases.update(remeasure_shape(report))
     if kind == "ray":
         phases["module and samples into the object store s"] = round(put_s, 2)
         # actors that share a GPU: how long their timings and builds waited for a turn there, each
@@ -352,6 +353,21 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
             "candidates": candidates, "modules": modules,
             "candidate_total_s": sum(t for _, _, t, _ in candidates.values()),
             "markdown": "\n".join(m.markdown() for m in report.modules)}
+
+
+def remeasure_shape(report) -> dict:
+    """What set the re-measure's length, per module: how many candidates it re-timed, the most paired rounds
+    one of them had (doubled when the first rounds did not decide), and eager's first timing at each batch
+    size (MaxThroughput re-times a further group only while its first timings are not clearly behind it)."""
+    out = {}
+    for mod in report.modules:
+        prefix = f"{mod.module}: " if len(report.modules) > 1 else ""
+        out[f"{prefix}re-measure: candidates re-timed"] = sum(1 for r in mod.results if r.remeasured)
+        rounds = [(v.get("interval") or {}).get("rounds", 0) for v in mod.verdicts.values()]
+        out[f"{prefix}re-measure: most paired rounds"] = max(rounds, default=0)
+        for bs, timing in sorted(mod.baseline.items()):
+            out[f"{prefix}eager's first timing at bs {bs} ms"] = round(timing["median_ms"], 3)
+    return out
 
 
 def dump_stacks(executor) -> None:

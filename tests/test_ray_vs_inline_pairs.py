@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from ray_vs_inline import pairs  # noqa: E402
+from ray_vs_inline import pairs, remeasure_shape  # noqa: E402
 
 RECORDED = REPO / "benchmarks" / "results" / "ray1_vs_inline_encoder_fp16_builds_during_profile_h200.json"
 
@@ -34,3 +34,22 @@ def test_a_failed_run_is_left_out_and_single_runs_get_no_table():
             {"run": "ray:1", "kind": "ray", "wall_s": 99.0, "failed": "timed out"}, run("ray:1", "ray", 21.0)]
     rows = [line for line in pairs(runs) if line.startswith("| ray:1 ")]
     assert rows == ["| ray:1 | 2 | 16.5 / 15.0 s, 1.10x | 1.20x, 1.05x | 16.5 / 15.0 s, 1.10x | 1.20x, 1.05x | - |"]
+
+
+def test_the_remeasure_shape_counts_the_candidates_re_timed_their_rounds_and_eagers_first_timing():
+    from aitune_ray.results import BuildResult
+    from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
+
+    def result(key, remeasured):
+        return BuildResult(key=key, backend="B", spec={}, status="ok", remeasured=remeasured)
+
+    module = ModuleReport(module="encoder", strategy="MaxThroughputStrategy", device="cuda", call_mix={8: 2, 128: 1},
+                          baseline={8: {"median_ms": 3.97041}, 128: {"median_ms": 10.5}},
+                          results=[result("a", {8: {}, 128: {}}), result("b", {8: {}, 128: {}}), result("c", {})],
+                          verdicts={"a": {"interval": {"rounds": 60}}, "b": {"interval": {"rounds": 30}}, "c": {}})
+    assert remeasure_shape(TuningReport(modules=[module])) == {
+        "re-measure: candidates re-timed": 2, "re-measure: most paired rounds": 60,
+        "eager's first timing at bs 8 ms": 3.97, "eager's first timing at bs 128 ms": 10.5}
+    two = remeasure_shape(TuningReport(modules=[module, ModuleReport(module="head", strategy="S", device="cuda",
+                                                                     call_mix={8: 1}, baseline={})]))
+    assert two["encoder: re-measure: candidates re-timed"] == 2 and two["head: re-measure: most paired rounds"] == 0
