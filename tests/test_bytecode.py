@@ -24,11 +24,11 @@ def _site(tmp_path: Path) -> Path:
     return package.parent
 
 
-def _probe(site: Path, *flags: str) -> tuple[list[str], str]:
-    """uncached() and its advice, in a new interpreter with flags (-B: PYTHONDONTWRITEBYTECODE)."""
+def _probe(site: Path, *flags: str, prelude: str = "") -> tuple[list[str], str]:
+    """uncached() and its advice, in a new interpreter with flags (-B: PYTHONDONTWRITEBYTECODE), after prelude."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), ROOT])
-    done = subprocess.run([sys.executable, *flags, "-c", PROBE], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, *flags, "-c", prelude + PROBE], env=env, capture_output=True, text=True,
                           timeout=120, check=True)
     found, text = json.loads(done.stdout.strip().splitlines()[-1])
     return found, text
@@ -50,6 +50,12 @@ def test_once_the_caches_are_written_nothing_is_named(tmp_path):
 
 def test_a_writable_folder_without_caches_is_fine_because_the_first_import_writes_them(tmp_path):
     assert _probe(_site(tmp_path)) == ([], "")
+
+
+def test_a_folder_this_user_may_not_write_without_caches_is_named(tmp_path):
+    # what os.access answers for a read-only folder, also where the tests run as root (who may write anyway)
+    found, text = _probe(_site(tmp_path), prelude="import os; os.access = lambda path, mode: False; ")
+    assert found == ["slowpkg"] and "read-only" in text
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only folder")
