@@ -202,7 +202,7 @@ class RayExecutor(Executor):
             return
         missing = uncached()
         if missing:   # the actors on this machine pay it before their first build; doctor checks every node
-            logger.warning("tuner actors here will start slowly: %s", advice(missing))
+            logger.warning("tuner actors on this machine will start slowly: %s", advice(missing))
         if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
             self._start()
             return

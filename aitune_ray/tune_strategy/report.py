@@ -135,7 +135,7 @@ class ModuleReport:
         sizes = "; ".join(f"bs {bs}: {a:.3g} ms/call at its first timing, {b:.3g} in the re-measure "
                           f"({max(a, b) / min(a, b):.2f}x)" for bs, (a, b) in moved.items())
         return (f"Eager moved during this tuning ({sizes}). A call whose speed moves this much is bound by "
-                "the host, and its speed follows the host's load from minute to minute: a timing at another "
+                "the host, and its speed moves with the host from minute to minute: a timing at another "
                 "time, a user's own included, can differ by as much, and so can the speedups at that batch size.")
 
     def _dispatch_text(self) -> str:
