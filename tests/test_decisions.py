@@ -14,7 +14,8 @@ from aitune_ray.cluster import InlineExecutor
 from aitune_ray.measure import timing
 from aitune_ray.measure.statistics import median_interval, median_rank, paired_interval
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.tune_strategy.performance_validation import INCONCLUSIVE, LOSS, NOT_FASTER, NOT_SHOWN, WIN, judge
+from aitune_ray.tune_strategy.performance_validation import (INCONCLUSIVE, LOSS, NOT_FASTER, NOT_SHOWN, UNDECIDED,
+                                                              WIN, could_pass, judge)
 from tests.sim_backends import SIM_CALLS, SIM_CLOCK, SimAffine, sim
 
 SIM_MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)
@@ -54,7 +55,8 @@ def test_paired_interval_pairs_rounds_and_weights_the_mix():
 
 
 def _simulated_tuning(rng, speedup, noise=0.10, rounds=30, mix=None):
-    """One tuning's look at paired rounds, doubled when undecided, as the strategies do."""
+    """One tuning's look at paired rounds, doubled when undecided and the candidate could still pass, as
+    the strategies do."""
     mix = mix or {8: 1, 32: 1}
 
     def draw():
@@ -65,6 +67,8 @@ def _simulated_tuning(rng, speedup, noise=0.10, rounds=30, mix=None):
     first = judge(eager, cand, mix, paired=True, final=False, **RULE)
     if first.decided:
         return first
+    if not could_pass(first, RULE["min_speedup_ratio"]):
+        return judge(eager, cand, mix, paired=True, final=True, **RULE)
     more_eager, more_cand = draw()
     return judge({bs: eager[bs] + more_eager[bs] for bs in mix}, {bs: cand[bs] + more_cand[bs] for bs in mix},
                  mix, paired=True, final=True, **RULE)
@@ -91,6 +95,26 @@ def test_a_one_point_four_x_win_under_ten_percent_noise_is_always_chosen():
 def test_no_win_under_low_noise_is_decided_not_faster():
     outcome = _simulated_tuning(random.Random(13), 0.98, noise=0.005)
     assert not outcome.passed and outcome.verdict == NOT_FASTER and outcome.decided
+
+
+def test_only_an_undecided_candidate_whose_median_reaches_the_gate_is_worth_more_rounds():
+    rng = random.Random(15)
+    mix = {8: 1, 32: 1}
+
+    def look(speedup_8, speedup_32):
+        eager = {bs: [bs * (1 + rng.gauss(0, 0.10)) for _ in range(30)] for bs in mix}
+        cand = {8: [v / speedup_8 for v in eager[8]], 32: [v / speedup_32 * (1 + rng.gauss(0, 0.12)) for v in eager[32]]}
+        return judge(eager, cand, mix, paired=True, final=False, **RULE)
+
+    below = look(0.995, 0.995)
+    assert below.verdict == UNDECIDED and below.mix_speedup < 1.01
+    assert not could_pass(below, 0.01) and not could_pass(below, 0.01, per_size=True)
+    above = look(1.03, 1.03)
+    assert above.verdict == UNDECIDED and above.mix_speedup >= 1.01 and could_pass(above, 0.01)
+    # faster at bs 8 alone: below the gate over the mix, above it at that size
+    skewed = look(1.04, 0.985)
+    assert skewed.verdict == UNDECIDED and skewed.mix_speedup < 1.01 <= skewed.speedups[8]
+    assert not could_pass(skewed, 0.01) and could_pass(skewed, 0.01, per_size=True)
 
 
 def test_a_loss_at_one_batch_size_rejects_a_win_over_the_mix():
@@ -134,15 +158,52 @@ def test_a_one_percent_backend_under_ten_percent_noise_keeps_eager():
         backend = sim("marginal", ms=2.0 / 1.01, seed=seed)
         module = recorded(ait.MaxThroughputStrategy([backend], measure_config=SIM_MEASURE), ms=2.0,
                           seed=200 + seed)
-        report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=30))
+        executor = CountingExecutor(remeasure_rounds=30)
+        report = module.tune(device="cpu", executor=executor)
         chosen += report.chosen is not None
         verdict = report.verdicts[backend.key()]
         if report.chosen is None:
-            assert verdict["interval"]["rounds"] == 60        # the doubled round count did not decide either
+            # the doubled round count did not decide either; or the first rounds' median was below the
+            # gate, so that more rounds could not make it pass, and none were taken
+            doubled = verdict["interval"]["rounds"] == 60
+            assert doubled or (verdict["interval"]["rounds"] == 30 and verdict["mix_speedup"] < 1.01)
+            assert executor.remeasures == (2 if doubled else 1)
             assert verdict["verdict"] in (INCONCLUSIVE, NOT_SHOWN, NOT_FASTER)
             assert any(word in report.decision for word in ("inconclusive, eager kept", "not shown faster",
                                                             "needs 1.010x"))
     assert chosen == 0
+
+
+class CountingExecutor(InlineExecutor):
+    """The inline executor, counting its side-by-side passes."""
+
+    remeasures = 0
+
+    def remeasure(self, context, results, baseline):
+        self.remeasures += 1
+        return super().remeasure(context, results, baseline)
+
+
+def test_a_backend_whose_first_rounds_put_it_below_the_gate_gets_no_second_pass():
+    # a hair slower than eager under 10% noise: the first 30 rounds do not decide at the interim look, and
+    # their median lies below 1.01x, where more rounds could not lift the interval's lower bound
+    backend = sim("hair", ms=2.0 / 0.995, seed=3)
+    module = recorded(ait.MaxThroughputStrategy([backend], measure_config=SIM_MEASURE), ms=2.0, seed=303)
+    executor = CountingExecutor(remeasure_rounds=30)
+    report = module.tune(device="cpu", executor=executor)
+    verdict = report.verdicts[backend.key()]
+    assert report.chosen is None and executor.remeasures == 1
+    assert verdict["interval"]["rounds"] == 30 and verdict["mix_speedup"] < 1.01
+    assert verdict["verdict"] in (INCONCLUSIVE, NOT_SHOWN) and verdict["decided"]
+
+
+def test_a_backend_whose_first_rounds_reach_the_gate_but_do_not_decide_is_measured_again():
+    # 2% faster under 10% noise: the first rounds' median reaches 1.01x, their interval does not decide
+    backend = sim("edge", ms=2.0 / 1.02, seed=0)
+    module = recorded(ait.MaxThroughputStrategy([backend], measure_config=SIM_MEASURE), ms=2.0, seed=400)
+    executor = CountingExecutor(remeasure_rounds=30)
+    report = module.tune(device="cpu", executor=executor)
+    assert executor.remeasures == 2 and report.verdicts[backend.key()]["interval"]["rounds"] == 60
 
 
 SKEWED = dict(ms_by_bs={8: 3.0, 32: 4.0}, noise=0.02)         # eager: 2 ms at bs 8, 8 ms at bs 32

@@ -34,6 +34,10 @@ class MaxThroughputStrategy(TuneStrategy):
         self.remeasure_margin = remeasure_margin
         self.dispatch_by_batch_size = dispatch_by_batch_size
 
+    @property
+    def per_size_wins(self) -> bool:   # with dispatch, a candidate may serve the one size it wins
+        return self.dispatch_by_batch_size
+
     def jobs(self):
         """Every candidate is built anyway, so the order is free: costly builds first (longest-first
         scheduling), which keeps one late long build from finishing alone on a parallel executor."""

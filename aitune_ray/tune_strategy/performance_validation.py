@@ -5,9 +5,13 @@
 - It loses when, at any recorded batch size, the whole interval lies below 1 - noise_tolerance.
 - It is not faster when the whole mix interval lies below 1 + min_speedup_ratio.
 - Otherwise the data do not decide. Before the last look the caller may measure more rounds (the
-  strategies double them); at the last look the verdict is "inconclusive, eager kept" when the per-round
-  spread (interquartile range over median) is above max_spread, else "not shown faster". Eager is kept
-  either way, and the verdict says which.
+  strategies double them), but only for a candidate that could still pass (could_pass): one whose median
+  speedup over the mix is at least the gate (or, where each batch size may get its own winner, its median
+  at one size). More rounds narrow the interval around the median: they cannot lift a lower bound above a
+  median that lies below the gate, unless the candidate's speed itself changes between the passes, which
+  is drift, not evidence. Such a candidate is judged at once, as at the last look. At the last look the
+  verdict is "inconclusive, eager kept" when the per-round spread (interquartile range over median) is
+  above max_spread, else "not shown faster". Eager is kept either way, and the verdict says which.
 """
 
 from __future__ import annotations
@@ -96,6 +100,16 @@ def judge(eager: dict[int, list[float]], candidate: dict[int, list[float]], mix:
                                             f"spread (IQR/median {spread:.0%}) is over {max_spread:.0%}", words=words)
     words = f"{NOT_SHOWN}: "
     return outcome(False, NOT_SHOWN, f"{words}{where}, the interval includes {gate:.3f}x", words=words)
+
+
+def could_pass(outcome: GateOutcome, min_speedup_ratio: float, *, per_size: bool = False) -> bool:
+    """Whether more rounds could make an undecided outcome pass: its median speedup over the recorded mix
+    is at least 1 + min_speedup_ratio, or (per_size: each batch size may get its own winner) its median
+    at one recorded batch size is."""
+    gate = 1.0 + min_speedup_ratio
+    if outcome.mix_speedup >= gate:
+        return True
+    return per_size and any(s >= gate for s in outcome.speedups.values())
 
 
 def series(timings: dict[int, Timing] | dict[int, dict], mix: dict[int, int]) -> dict[int, list[float]]:

@@ -11,7 +11,7 @@ from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError
 from aitune_ray.measure.timing import MeasureConfig, Timing, merge_timings
 from aitune_ray.results import BuildResult, CandidateJob
-from aitune_ray.tune_strategy.performance_validation import GateOutcome, evaluate
+from aitune_ray.tune_strategy.performance_validation import GateOutcome, could_pass, evaluate
 from aitune_ray.tune_strategy.report import ModuleReport
 
 logger = logging.getLogger(__name__)
@@ -29,9 +29,15 @@ class TuneStrategy(ABC):
         eager; see tune_strategy.deploy). 0 turns the check off.
 
     Every strategy decides on paired, interleaved rounds of the candidate beside eager on one device
-    (Executor.remeasure), measured once more (doubling the rounds) when the first rounds do not decide.
-    An executor that does not re-measure leaves the unpaired first timings to decide, under the same rule.
+    (Executor.remeasure), measured once more (doubling the rounds) when the first rounds do not decide and
+    the candidate could still pass (performance_validation.could_pass); one that could not is judged on
+    its first rounds. An executor that does not re-measure leaves the unpaired first timings to decide,
+    under the same rule.
     """
+
+    #: Whether a candidate may win at one recorded batch size alone (a batch-size dispatch): then one whose
+    #: median beats the gate at any size is worth more rounds, not only one that beats it over the mix.
+    per_size_wins = False
 
     #: Whether builds may start while eager is first timed (only for strategies that time eager again
     #: beside their finalists before deciding).
@@ -118,7 +124,8 @@ class TuneStrategy(ABC):
                baseline: dict[int, Timing], report: ModuleReport) -> dict[str, GateOutcome]:
         """Re-measure results beside eager in paired rounds and apply the decision rule to each; the
         results those rounds do not decide are measured once more (the round count doubled) and judged on
-        all rounds. Without re-measurement, the unpaired first timings decide. Records every outcome."""
+        all rounds, when they could still pass; the others are judged on the first rounds as at the last
+        look. Without re-measurement, the unpaired first timings decide. Records every outcome."""
         mix = report.call_mix
         eager = executor.remeasure(context, results, baseline) if results else None
         paired = [r for r in results if eager and set(r.remeasured) == set(mix)]
@@ -127,7 +134,12 @@ class TuneStrategy(ABC):
         if paired:
             report.remeasured_baseline = {bs: t.to_dict() for bs, t in eager.items()}
             outcomes.update({r.key: self.gate(r, eager, mix, paired=True, final=False) for r in paired})
-            again = [r for r in paired if not outcomes[r.key].decided]
+            undecided = [r for r in paired if not outcomes[r.key].decided]
+            again = [r for r in undecided
+                     if could_pass(outcomes[r.key], self.min_speedup_ratio, per_size=self.per_size_wins)]
+            for r in undecided:
+                if r not in again:   # more rounds would not make it pass: the last look now
+                    outcomes[r.key] = self.gate(r, eager, mix, paired=True)
             if again:
                 first = {r.key: dict(r.remeasured) for r in again}
                 more = executor.remeasure(context, again, baseline)
