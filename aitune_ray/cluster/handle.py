@@ -62,6 +62,9 @@ class RayRunHandle(RunHandle):
         finished = False
         waiting_since = None   # since when jobs wait with nothing in flight
         try:
+            # Plain builds first where they need not wait for a plan (actors that share their GPU): the
+            # module's put and their dispatch then run before the profile's thread competes for this process.
+            self._dispatch()
             for plan in self._plans:   # each profiles, then searches, on a thread of its own
                 for job in plan.jobs:
                     self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
