@@ -281,6 +281,20 @@ def test_the_post_deploy_check_falls_back_when_the_deployed_backend_is_slower_th
     assert "post-deploy check" in report.decision and "post-deploy" in report.markdown().lower()
 
 
+def test_a_candidate_deployed_after_a_loss_must_win_its_own_check():
+    # both win the re-measure; once deployed, the first loses, and the second is no faster than eager
+    lagging = sim("lagging", ms=0.5, noise=0.02, restored_extra_ms=4.0)   # 4x when measured, 0.4x deployed
+    levelled = sim("levelled", ms=1.4, noise=0.02, restored_extra_ms=0.6)  # 1.4x when measured, 1.0x deployed
+    module = recorded(ait.MaxThroughputStrategy([lagging, levelled], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
+    report = module.tune(device="cpu", executor=RestoringExecutor(remeasure_rounds=20))
+    first, second = report.deploy_checks
+    assert first["key"] == lagging.key() and first["verdict"] == LOSS and first["fell_back_to"] == "SimBackend"
+    assert second["key"] == levelled.key() and second["rule"] != WIN and second["verdict"] == second["rule"]
+    assert second["fell_back_to"] == "eager"
+    assert report.chosen is None and module.backend is None
+    assert "must win its own check and did not" in report.decision and report.decision.endswith("eager is used instead")
+
+
 def test_the_post_deploy_check_keeps_eager_when_nothing_else_passed():
     lagging = sim("lagging", ms=0.5, noise=0.02, restored_extra_ms=4.0)
     module = recorded(ait.OneBackendStrategy(lagging, measure_config=SIM_MEASURE), ms=2.0, noise=0.02)

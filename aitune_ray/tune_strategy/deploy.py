@@ -5,6 +5,11 @@ members). check_deployed() then times the user's wrapped Module against eager, i
 rounds, as a user would call it: what was measured (possibly on an actor, possibly before a restore)
 must also be what runs. When the deployed module loses to eager at a recorded batch size beyond
 noise, the next candidate that passed is deployed and checked, else eager; the report says so.
+
+The first choice holds unless its check shows that loss: it won the decision rule, and an undecided
+check is no evidence against it. A candidate deployed after a loss must win its own check outright.
+The loss says that what the re-measure saw no longer holds (the host's speed moved, or what was
+restored differs), and the next candidate's win came from that same re-measure.
 """
 
 from __future__ import annotations
@@ -87,23 +92,28 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
             return
         outcome = check_deployed(module, context.module, context.samples, context.device, strategy, rounds,
                                  context.measure)
-        # only a loss beyond noise counts here: an undecided interval still means the deployment holds
+        fallback = len(tried) > 1
+        # The first choice: only a loss beyond noise counts, an undecided interval still means it holds.
+        # A fallback (see the module docstring): only a win does.
+        holds = outcome.verdict == WIN if fallback else outcome.verdict != LOSS
         entry = {"key": result.key, "backend": result.backend,
-                 "verdict": outcome.verdict if outcome.verdict == LOSS else HOLDS, "rule": outcome.verdict,
-                 "reason": deployed_reason(outcome), "speedup": outcome.mix_speedup,
+                 "verdict": HOLDS if holds else outcome.verdict, "rule": outcome.verdict,
+                 "reason": outcome.reason if fallback else deployed_reason(outcome), "speedup": outcome.mix_speedup,
                  "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
         if cupti_attached():
             entry["note"] = CUPTI_NOTE
         report.deploy_checks.append(entry)
-        if outcome.verdict != LOSS:
+        if holds:
             logger.info("[%s] post-deploy check of %s: %s", context.name, result.backend, entry["reason"])
             return
         following = _next_candidate(report, tried)
         entry["fell_back_to"] = following.backend if following is not None else "eager"
-        logger.warning("[%s] deployed %s loses to eager (%s): falling back to %s", context.name, result.backend,
-                       outcome.reason, entry["fell_back_to"])
-        report.decision += (f"; post-deploy check: deployed {result.backend} {outcome.reason}, so "
-                            f"{entry['fell_back_to']} is used instead")
+        logger.warning("[%s] deployed %s %s: falling back to %s", context.name, result.backend,
+                       "loses to eager" if outcome.verdict == LOSS else "does not win after the first choice lost",
+                       entry["fell_back_to"])
+        what = (f"deployed {result.backend} {outcome.reason}" if not fallback else
+                f"{result.backend}, deployed after that loss, must win its own check and did not ({outcome.reason})")
+        report.decision += f"; post-deploy check: {what}, so {entry['fell_back_to']} is used instead"
         report.chosen = following.key if following is not None else None
         result = following
     module.use_backend(None)
