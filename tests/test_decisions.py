@@ -195,6 +195,8 @@ def test_a_backend_whose_first_rounds_put_it_below_the_gate_gets_no_second_pass(
     assert report.chosen is None and executor.remeasures == 1
     assert verdict["interval"]["rounds"] == 30 and verdict["mix_speedup"] < 1.01
     assert verdict["verdict"] in (INCONCLUSIVE, NOT_SHOWN) and verdict["decided"]
+    assert report.notes[backend.key()].endswith("(no more rounds taken: their median is below the gate, which "
+                                                "more rounds could not lift)")
 
 
 def test_a_backend_whose_first_rounds_reach_the_gate_but_do_not_decide_is_measured_again():

@@ -102,6 +102,14 @@ def judge(eager: dict[int, list[float]], candidate: dict[int, list[float]], mix:
     return outcome(False, NOT_SHOWN, f"{words}{where}, the interval includes {gate:.3f}x", words=words)
 
 
+def judged_early(outcome: GateOutcome) -> GateOutcome:
+    """outcome, judged at the last look on the first rounds because more could not make it pass, saying so."""
+    note = "no more rounds taken: their median is below the gate, which more rounds could not lift"
+    outcome.reason = f"{outcome.reason} ({note})"
+    outcome.detail = f"{outcome.detail} ({note})" if outcome.detail else outcome.detail
+    return outcome
+
+
 def could_pass(outcome: GateOutcome, min_speedup_ratio: float, *, per_size: bool = False) -> bool:
     """Whether more rounds could make an undecided outcome pass: its median speedup over the recorded mix
     is at least 1 + min_speedup_ratio, or (per_size: each batch size may get its own winner) its median

@@ -11,7 +11,7 @@ from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError
 from aitune_ray.measure.timing import MeasureConfig, Timing, merge_timings
 from aitune_ray.results import BuildResult, CandidateJob
-from aitune_ray.tune_strategy.performance_validation import GateOutcome, could_pass, evaluate
+from aitune_ray.tune_strategy.performance_validation import GateOutcome, could_pass, evaluate, judged_early
 from aitune_ray.tune_strategy.report import ModuleReport
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class TuneStrategy(ABC):
                      if could_pass(outcomes[r.key], self.min_speedup_ratio, per_size=self.per_size_wins)]
             for r in undecided:
                 if r not in again:   # more rounds would not make it pass: the last look now
-                    outcomes[r.key] = self.gate(r, eager, mix, paired=True)
+                    outcomes[r.key] = judged_early(self.gate(r, eager, mix, paired=True))
             if again:
                 first = {r.key: dict(r.remeasured) for r in again}
                 more = executor.remeasure(context, again, baseline)
