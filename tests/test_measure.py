@@ -484,8 +484,10 @@ def test_side_by_side_runs_one_batch_size_at_a_time_after_untimed_load():
     cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0, cpu_settle_ms=40.0)
     with timing.use_clock(lambda: now[0]):
         timed = profile_side_by_side(calls, store, CPU, rounds=5, config=cfg)
+    first, log = log[:4], log[4:]
+    assert [(n, b) for n, b, _ in first] == [("eager", 2), ("a", 2), ("eager", 4), ("a", 4)]   # every size seen
     sizes = [bs for _, bs, _ in log]
-    assert sizes == sorted(sizes)                                 # every call at 2 before any at 4
+    assert sizes == sorted(sizes)                                 # then every call at 2 before any at 4
     for bs in (2, 4):
         at = [(name, t) for name, b, t in log if b == bs]
         settle = at[2:-10]                                        # less the warm-ups and the 5 rounds of 2 calls
@@ -494,3 +496,67 @@ def test_side_by_side_runs_one_batch_size_at_a_time_after_untimed_load():
         assert len(settle) == 2 * 10                              # 10 passes of 4 ms reach 40 ms
         assert timed["eager"][bs].rounds_ms == pytest.approx([1.0] * 5)
         assert timed["a"][bs].rounds_ms == pytest.approx([3.0] * 5)
+
+
+class _LazyCompiled:
+    """Stands for torch.compile restored from its recipe, with automatic dynamic shapes: fast at the first
+    batch size it sees (a graph with that size fixed) until it sees a second size; from then on one dynamic
+    graph serves every size, slower at the first one."""
+
+    def __init__(self, clock, static_ms=1.0, dynamic_ms=1.3):
+        self.clock, self.static_ms, self.dynamic_ms = clock, static_ms, dynamic_ms
+        self.seen = []
+
+    def __call__(self, x, k):
+        if x.shape[0] not in self.seen:
+            self.seen.append(x.shape[0])
+        self.clock[0] += (self.static_ms if len(self.seen) == 1 else self.dynamic_ms) / 1e3
+
+
+def test_a_lazily_compiled_backend_is_timed_at_every_size_as_it_serves_once_it_has_seen_them_all():
+    from aitune_ray.measure.timing import profile_samples, profile_side_by_side
+
+    store = _store([2, 4])
+    now = [0.0]
+    cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0, min_runs=3, max_runs=3, latency_runs=0)
+
+    def eager(x, k):
+        now[0] += 1.2e-3
+
+    with timing.use_clock(lambda: now[0]):
+        restored = _LazyCompiled(now)
+        timed = profile_side_by_side({"eager": eager, "restored": restored}, store, CPU, rounds=5, config=cfg)
+        assert timed["restored"][2].rounds_ms == pytest.approx([1.3] * 5)   # not 1.0: that graph is gone
+        assert timed["restored"][4].rounds_ms == pytest.approx([1.3] * 5)
+        alone = profile_samples(_LazyCompiled(now), store, CPU, cfg)
+        assert alone[2].median_ms == pytest.approx(1.3) and alone[4].median_ms == pytest.approx(1.3)
+
+
+def test_torch_compile_serves_the_first_size_from_the_dynamic_graph_in_the_timed_rounds():
+    """The real thing: torch.compile (automatic dynamic shapes) restored as a JIT backend is, before any
+    timing: its compiled graphs, counted by a backend that records which one each call ran."""
+    from aitune_ray.measure.timing import profile_side_by_side
+
+    graphs, hits = [], []
+
+    def counting(gm, example_inputs):
+        index = len(graphs)
+        graphs.append(any(isinstance(v, torch.SymInt) for v in example_inputs))
+
+        def run(*args):
+            hits.append(index)
+            return gm.forward(*args)
+        return run
+
+    torch._dynamo.reset()
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    compiled = torch.compile(module, backend=counting)
+    samples = [Sample((torch.randn(bs, 4),), {}, None, bs) for bs in (2, 8)]
+    store = SampleStore(samples, calls_seen=len(samples))
+    cfg = MeasureConfig(warmup_runs=1, cpu_burst_ms=0.0, latency_runs=0)
+    profile_side_by_side({"restored": compiled}, store, CPU, rounds=4, config=cfg)
+    assert graphs == [False, True]           # the first size fixed, then a dynamic batch dimension
+    # the static graph ran once, when every size was first seen; every later call, at either size, ran the
+    # dynamic one, as it will when deployed
+    assert hits.count(0) == 1 and set(hits[1:]) == {1}
+    torch._dynamo.reset()

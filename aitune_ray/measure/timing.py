@@ -283,9 +283,28 @@ def measure(fn: Callable[[], object], device: torch.device, batch_size: int,
     return timing
 
 
+def see_every_size(calls: dict[str, Callable], samples, device: torch.device) -> None:
+    """Call each callable once on one sample of every recorded batch size, before any of them is timed.
+
+    A backend that compiles lazily (torch.compile restored from its recipe, which compiles at its first
+    calls) then serves every size with the graphs it keeps once it has seen them all. With automatic
+    dynamic shapes, torch.compile compiles the first batch size it sees with that size fixed, and the
+    second with a dynamic batch dimension; from then on the newer, dynamic graph serves every size. Timed
+    one size at a time from a fresh start, such a backend would run its first size on the static graph,
+    which it then gives up for good: a speed it will not have when deployed."""
+    with torch.no_grad():
+        for bs in samples.batch_sizes():
+            sample = next(s for s in samples if s.batch_size == bs)
+            for call in calls.values():
+                call(*sample.args, **sample.kwargs)
+    _sync(device)
+
+
 def profile_samples(call: Callable, samples, device: torch.device,
                     config: MeasureConfig | None = None) -> dict[int, Timing]:
-    """Time call(*args, **kwargs) at every recorded batch size, cycling through that size's samples."""
+    """Time call(*args, **kwargs) at every recorded batch size, cycling through that size's samples (each
+    size seen once first, see see_every_size)."""
+    see_every_size({"call": call}, samples, device)
     timings: dict[int, Timing] = {}
     for bs in samples.batch_sizes():
         timings[bs] = measure(_cycling(call, [s for s in samples if s.batch_size == bs]), device, bs, config)
@@ -319,12 +338,15 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
                          config: MeasureConfig | None = None, seed: int = 0) -> dict[str, dict[int, Timing]]:
     """Paired, interleaved rounds: {name: {batch size: Timing}} whose rounds_ms are paired by index.
 
-    One recorded batch size at a time, as a serving loop runs it: each call is warmed up and gets its own
-    burst length, then settle_ms of untimed load (the module docstring says why), then the rounds, back to
-    back. Every round times every call once, in an order shuffled anew for each round (seeded: the same
-    seed gives the same orders), so that drift and periodic interference hit them alike and each round is
-    a paired comparison. Each call cycles through that size's samples."""
+    Every call first sees every recorded batch size once (see_every_size: a backend restored from its
+    recipe then serves each size as it will when deployed). Then one recorded batch size at a time, as a
+    serving loop runs it: each call is warmed up and gets its own burst length, then settle_ms of untimed
+    load (the module docstring says why), then the rounds, back to back. Every round times every call once,
+    in an order shuffled anew for each round (seeded: the same seed gives the same orders), so that drift
+    and periodic interference hit them alike and each round is a paired comparison. Each call cycles
+    through that size's samples."""
     cfg = config or MeasureConfig()
+    see_every_size(calls, samples, device)
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
     sizes = samples.batch_sizes()
