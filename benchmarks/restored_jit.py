@@ -7,12 +7,11 @@ MaxThroughput releases a build that its first timings put out of reach, and rest
 should it be re-measured after all; a Ray driver restores the chosen one to deploy it. A restored
 torch.compile backend compiles at its first calls. With automatic dynamic shapes, the first batch size
 it sees gets a graph with that size fixed, and the second a dynamic batch dimension, which from then on
-serves every size. This times, at each recorded size, eager, the kept build (compiled on every recorded
-sample by its build) and restored ones:
-  - "restored, one size at a time": a fresh restore timed size by size (aitune_ray.measure.timing.measure),
-    as the side-by-side rounds did before they called every size first: its first size on the static graph;
-  - "restored, then every size once": a fresh restore after one call at every recorded size;
-  - the side-by-side rounds as they run now (profile_side_by_side): eager, kept and another fresh restore.
+serves every size. This times, in paired rounds (profile_side_by_side) at the first recorded size, eager,
+the kept build (compiled on every recorded sample by its build) and a fresh restore that has seen only
+that size (its static graph: how the side-by-side rounds timed a restore before they called every size
+first); then the same three after the restore has seen every size; then eager, kept and another fresh
+restore at every size, as the tuner's rounds run now.
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend.backend import Backend  # noqa: E402
-from aitune_ray.measure.timing import MeasureConfig, measure, profile_side_by_side, see_every_size  # noqa: E402
+from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side, see_every_size  # noqa: E402
+from aitune_ray.samples import SampleStore  # noqa: E402
 from aitune_ray.recording import recording_session  # noqa: E402
 from backends import BACKENDS, make_model  # noqa: E402
 
@@ -61,31 +61,35 @@ def main() -> int:
 
     cfg = MeasureConfig()
     sizes = samples.batch_sizes()
-
-    def at(call, bs):
-        group = [s for s in samples if s.batch_size == bs]
-        return measure(lambda: call(*group[0].args, **group[0].kwargs), device, bs, cfg).median_ms
-
+    first = sizes[0]
+    only_first = SampleStore([s for s in samples if s.batch_size == first], calls_seen=1)
     rows = {}
-    size_by_size = restored("size-by-size")
-    rows["restored, one size at a time"] = {bs: at(size_by_size.infer, bs) for bs in sizes}
-    rows["the same, timed again after that"] = {bs: at(size_by_size.infer, bs) for bs in sizes}
-    all_first = restored("every-size-first")
-    see_every_size({"restored": all_first.infer}, samples, device)
-    rows["restored, then every size once"] = {bs: at(all_first.infer, bs) for bs in sizes}
-    rows["kept from its build"] = {bs: at(kept.infer, bs) for bs in sizes}
-    rows["eager"] = {bs: at(model, bs) for bs in sizes}
+    # Paired rounds at the first size alone: the restore has seen no other size, so it runs a graph with
+    # that size fixed, the kept build its dynamic one.
+    fresh = restored("fresh")
+    side = profile_side_by_side({"eager": model, "kept": kept.infer, "restored": fresh.infer}, only_first, device,
+                                args.rounds, cfg)
+    for name, per in side.items():
+        rows[f"{name}: the restore has seen only bs {first}"] = {first: per[first].median_ms}
+    # The restore sees the other sizes (its dynamic graph now serves every size), then the same rounds again.
+    see_every_size({"restored": fresh.infer}, samples, device)
+    side = profile_side_by_side({"eager": model, "kept": kept.infer, "restored": fresh.infer}, only_first, device,
+                                args.rounds, cfg)
+    for name, per in side.items():
+        rows[f"{name}: the restore has seen every size"] = {first: per[first].median_ms}
+    # The rounds as they run now, at every size, with a third restore.
     side = profile_side_by_side({"eager": model, "kept": kept.infer, "restored": restored("side-by-side").infer},
                                 samples, device, args.rounds, cfg)
     for name, per in side.items():
-        rows[f"side by side ({args.rounds} rounds): {name}"] = {bs: t.median_ms for bs, t in per.items()}
+        rows[f"{name}: side by side at every size, as the tuner times now"] = {bs: t.median_ms for bs, t in per.items()}
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     title = (f"### {args.backend} on the encoder ({device}, {torch.cuda.get_device_name() if device.type == 'cuda' else 'CPU'},"
              f" torch {torch.__version__}): ms per call, bursts between two synchronizes")
     lines = [title, "", "| | " + " | ".join(f"bs {bs}" for bs in sizes) + " |", "|---|" + "---|" * len(sizes)]
-    lines += [f"| {name} | " + " | ".join(f"{per[bs]:.3f}" for bs in sizes) + " |" for name, per in rows.items()]
+    lines += [f"| {name} | " + " | ".join(f"{per[bs]:.3f}" if bs in per else "-" for bs in sizes) + " |"
+              for name, per in rows.items()]
     text = "\n".join(lines) + "\n"
     (out / "restored_jit.md").write_text(text)
     (out / "restored_jit.json").write_text(json.dumps({"backend": args.backend, "rows": {
