@@ -42,25 +42,18 @@ def child(mode: str, backends: list[str], out: str) -> None:
     from aitune_ray.worker import Worker
     imported = time.perf_counter()
 
-    import aitune_ray as ait
     from aitune_ray.measure.timing import MeasureConfig
-    from aitune_ray.recording import recording_session
     from aitune_ray.results import CandidateJob
-    from backends import BACKENDS, make_model
+    from backends import BACKENDS, recorded_encoder
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, data = make_model("encoder", device, torch.float16 if device.type == "cuda" else torch.float32)
-    wrapped = ait.Module(model, "encoder")
-    with recording_session(), torch.no_grad():
-        for item in data:
-            wrapped(item)
-    torch.cuda.synchronize() if device.type == "cuda" else None
+    model, samples = recorded_encoder(device)
     made = time.perf_counter()   # the driver's part: not the actor's
 
     warm = warm_up(max(2, os.cpu_count() or 2), mode)
     warmed = time.perf_counter()
     worker = Worker(Path(tempfile.mkdtemp(prefix="actor-start-")))
-    worker.load("encoder", ("token",), lambda: (model, wrapped.samples), device, as_is=True)
+    worker.load("encoder", ("token",), lambda: (model, samples), device, as_is=True)
     builds = []
     for name in backends:
         mark = time.perf_counter()

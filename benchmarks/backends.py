@@ -110,6 +110,20 @@ def make_model(name: str, device: torch.device, dtype: torch.dtype):
                    for x in data]
 
 
+def recorded_encoder(device: torch.device):
+    """(model, samples): the encoder (make_model's) with its calls recorded, as a tuner's driver has them."""
+    from aitune_ray.recording import recording_session
+
+    model, data = make_model("encoder", device, torch.float16 if device.type == "cuda" else torch.float32)
+    wrapped = ait.Module(model, "encoder")
+    with recording_session(), torch.no_grad():
+        for item in data:
+            wrapped(item)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return model, wrapped.samples
+
+
 def wrap_model(name: str, model, strategy_factory):
     """(what to call, the wrapped Modules): the whole model as one Module, or each pipeline module."""
     if name == "pipeline":

@@ -27,12 +27,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend.backend import Backend  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side, see_every_size  # noqa: E402
 from aitune_ray.samples import SampleStore  # noqa: E402
-from aitune_ray.recording import recording_session  # noqa: E402
-from backends import BACKENDS, make_model  # noqa: E402
+from backends import BACKENDS, recorded_encoder  # noqa: E402
 
 
 def main() -> int:
@@ -42,12 +40,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, data = make_model("encoder", device, torch.float16 if device.type == "cuda" else torch.float32)
-    wrapped = ait.Module(model, "encoder")
-    with recording_session(), torch.no_grad():
-        for item in data:
-            wrapped(item)
-    samples = wrapped.samples
+    model, samples = recorded_encoder(device)
     work = Path(tempfile.mkdtemp(prefix="restored-jit-"))
     kept = BACKENDS[args.backend]()
     kept.build(model, samples, device, work / "kept")
