@@ -53,3 +53,46 @@ def test_the_remeasure_shape_counts_the_candidates_re_timed_their_rounds_and_eag
     two = remeasure_shape(TuningReport(modules=[module, ModuleReport(module="head", strategy="S", device="cuda",
                                                                      call_mix={8: 1}, baseline={})]))
     assert two["encoder: re-measure: candidates re-timed"] == 2 and two["head: re-measure: most paired rounds"] == 0
+
+
+# ----- benchmarks/pool_reports.py -------------------------------------------------------------------------
+
+
+def _report(first_ms: list[tuple[float, float]], again_ms: list[tuple[float, float]], eager: tuple[float, float]) -> str:
+    """A report's markdown as far as pool_reports reads it: the mix and the re-measure's line."""
+    entries = [f"TorchEager (baseline): bs8 {eager[0]} ({eager[0]}), bs128 {eager[1]} ({eager[1]})"]
+    entries += [f"TorchInductorJitBackend: bs8 {a[0]} ({f[0]}), bs128 {a[1]} ({f[1]})" for f, a in zip(first_ms, again_ms)]
+    return ("### encoder (MaxThroughputStrategy on cuda:0; recorded batch sizes 8 (x2), 128 (x1))\n\n"
+            "Re-measured side by side with eager on one device, ms/call (first timing): " + "; ".join(entries) + "\n")
+
+
+def test_a_candidate_whose_first_timings_were_over_the_margin_behind_the_best_counts_as_restored():
+    from pool_reports import split_restored
+
+    # mix times 2 x bs8 + bs128: best 2*2+10 = 14; within 10% up to 15.4; 2*2.7+10 = 15.4 is not over it
+    md = _report(first_ms=[(2.0, 10.0), (2.7, 10.0), (2.75, 10.0)], again_ms=[(2.2, 10.0), (2.4, 10.0), (1.6, 10.0)],
+                 eager=(2.0, 10.0))
+    restored, kept = split_restored(md)
+    assert restored == [{8: 2.0 / 1.6, 128: 1.0}]
+    assert kept == [{8: 2.0 / 2.2, 128: 1.0}, {8: 2.0 / 2.4, 128: 1.0}]
+
+
+def test_the_recorded_h200_runs_pool_to_the_figures_the_readme_gives():
+    import statistics
+
+    from pool_reports import split_restored
+
+    files = sorted((REPO / "benchmarks" / "results").glob("ray1_vs_inline_encoder_fp16_bytecode_h200_*.json"))
+    files.append(REPO / "benchmarks" / "results" / "ray1_vs_inline_encoder_fp16_futility_h200.json")
+    restored, kept, ratios = [], [], []
+    for path in files:
+        runs = json.loads(path.read_text())["runs"]
+        ray = [r["wall_s"] for n, r in runs.items() if n.startswith("ray")]
+        inline = [r["wall_s"] for n, r in runs.items() if n.startswith("inline")]
+        ratios += [a / b for a, b in zip(ray, inline)]
+        for run in runs.values():
+            r, k = split_restored(run["markdown"])
+            restored, kept = restored + r, kept + k
+    assert len(ratios) == 13 and round(statistics.median(ratios), 2) == 1.15
+    assert len(restored) == 6 and min(s[8] for s in restored) > 1.2
+    assert len(kept) == 54 and max(s[8] for s in kept) < 1.1 and round(statistics.median(s[8] for s in kept), 2) == 0.94
