@@ -294,7 +294,7 @@ def see_every_size(calls: dict[str, Callable], samples, device: torch.device) ->
     which it then gives up for good: a speed it will not have when deployed."""
     with torch.no_grad():
         for bs in samples.batch_sizes():
-            sample = next(s for s in samples if s.batch_size == bs)
+            sample = samples.first_of_batch_size(bs)
             for call in calls.values():
                 call(*sample.args, **sample.kwargs)
     _sync(device)
