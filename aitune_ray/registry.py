@@ -71,6 +71,10 @@ class Registry:
     def known(self) -> list[str]:
         return sorted(self._by_path)
 
+    def registered(self, path: str) -> type | None:
+        """The class registered at path, or None: never imports."""
+        return self._by_path.get(path) if isinstance(path, str) else None
+
     def resolve(self, path: str, base: type) -> type:
         """The class at path: registered, allowed explicitly, or (trusted data only) imported."""
         if not isinstance(path, str) or not path:

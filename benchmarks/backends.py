@@ -48,6 +48,9 @@ BACKENDS = {
     "jit": lambda: TorchInductorJitBackend(),
     "jit-max": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs")),
     "jit-ro": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(mode="reduce-overhead")),
+    # a graph per recorded batch size: automatic dynamic shapes serve every size from one dynamic graph
+    # once a second size is seen, which may be slower at a small, host-bound size
+    "jit-static": lambda: TorchInductorJitBackend(TorchInductorJitBackendConfig(dynamic=False)),
     # max-autotune per recorded batch size (no dynamic recompile, which skips autotuning), and with CUDA graphs
     "jit-max-static": lambda: TorchInductorJitBackend(
         TorchInductorJitBackendConfig(mode="max-autotune-no-cudagraphs", dynamic=False)),

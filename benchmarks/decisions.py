@@ -6,11 +6,15 @@ module and eager with an independent harness, as a user would, and compare with 
     python benchmarks/decisions.py --out OUT --device cpu --backends jit,ao-int8wo --runs 2   # CPU, tiny models
 
 Each run tunes a fresh copy of the model (MaxThroughput, inline executor, one device) over the candidate
-set, then the user's harness, which shares no code with aitune_ray.measure, times eager, the deployed
-wrapped Module and every candidate that built: per recorded batch size, 5 interleaved repeats (the order
-rotated per repeat) of 100 back-to-back calls between two torch.cuda.synchronize() and perf_counter reads;
-the user's speedup is the median of eager's times over the median of the module's. Eager is timed twice
-(the A/A column: the harness's own noise, which bounds what any comparison of this run can show).
+set. Then the user's harness, which shares no code with aitune_ray.measure, times eager against the deployed
+wrapped Module, as a user checking the tuned module would: per recorded batch size, 5 interleaved repeats
+(the order rotated per repeat) of 100 back-to-back calls between two torch.cuda.synchronize() and
+perf_counter reads; the user's speedup is the median of eager's times over the median of the module's.
+Eager is timed twice in that loop (the A/A column: the loop's own noise). The same loop then runs again
+(--user-passes 2, the default): the user's second reading of the same speedup, seconds later. How often
+the user's two readings agree within 5% shows how far one reading reproduces on this machine; the same
+noise is in every comparison with one of them, the tuner's included. Last, a loop of its own times the
+deployed module beside every candidate that built (the best single candidate, for the dispatch target).
 
 Per run it prints a table: per batch size the chosen backend, the tuner's speedup and its 95% interval,
 the rounds, the user-measured speedup, their difference, and with --dispatch the batch-size dispatch's
@@ -147,16 +151,19 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
     passed = [r for r in report.results if (report.verdicts.get(r.key) or {}).get("passed")
               and not r.backend.startswith("BatchDispatch")]
     single = max(passed, key=lambda r: report.speedups[r.key]).key if passed else None
-    fns = {"eager": eager, "eager again": module.module, "deployed": module}   # eager twice: the harness's A/A
+    pair = {"eager": eager, "eager again": module.module, "deployed": module}   # eager twice: the loop's A/A
+    singles = {"deployed": module}
     for key, backend in executor.kept.items():
         backend.activate()
-        fns[labels.get(key, key)] = backend.infer
+        singles[labels.get(key, key)] = backend.infer
     # A batch-size dispatch owns the builds it routes to: time each of them alone too (the best single)
     for key, backend in (getattr(module.backend, "members", None) or {}).items():
-        fns.setdefault(labels.get(key, key), backend.infer)
+        singles.setdefault(labels.get(key, key), backend.infer)
     started = time.perf_counter()
-    user = user_times(fns, items, device, ARGS.calls, ARGS.repeats)
+    passes = [user_times(pair, items, device, ARGS.calls, ARGS.repeats) for _ in range(max(1, ARGS.user_passes))]
+    beside = user_times(singles, items, device, ARGS.calls, ARGS.repeats) if len(singles) > 1 else {}
     user_s = time.perf_counter() - started
+    user = passes[0]
     chosen = report.chosen_result()
     verdict = report.verdicts.get(report.chosen, {}) if report.chosen else {}
     rows = []
@@ -172,18 +179,23 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
                "user_aa": user["eager"][bs] / user["eager again"][bs], "eager_kept": report.chosen is None,
                "slower_than_eager": report.chosen is not None and user_speedup < 1.0 - SLOWER_LIMIT,
                "agrees": abs(tuner / user_speedup - 1.0) <= AGREE_LIMIT}
-        singles = {name: t[bs] for name, t in user.items() if name not in ("eager", "eager again", "deployed")}
-        if singles:
-            best = min(singles, key=singles.get)
-            row.update(best_single=best, best_single_ms=singles[best],
-                       deployed_vs_best=user["deployed"][bs] / singles[best] - 1.0)
+        if len(passes) > 1:
+            again = passes[1]["eager"][bs] / passes[1]["deployed"][bs]
+            row.update(user_again=again, user_vs_user=user_speedup / again - 1.0,
+                       user_repeats_agree=abs(user_speedup / again - 1.0) <= AGREE_LIMIT)
+        others = {name: t[bs] for name, t in beside.items() if name != "deployed"}
+        if others:
+            best = min(others, key=others.get)
+            row.update(best_single=best, best_single_ms=others[best], beside_deployed_ms=beside["deployed"][bs],
+                       deployed_vs_best=beside["deployed"][bs] / others[best] - 1.0)
             if dispatch:
                 row["within_best"] = row["deployed_vs_best"] <= DISPATCH_LIMIT
         rows.append(row)
     return {"model": model_name, "backends": backends, "dispatch": dispatch, "device": str(device), "size": size,
             "tune_s": tune_s, "user_s": user_s, "decision": report.decision, "single_winner": labels.get(single, single),
             "dispatch_routes": {bs: labels.get(k, k) if k else "eager" for bs, k in report.dispatch.items()},
-            "deploy_checks": report.deploy_checks, "rows": rows, "user_ms": user,
+            "deploy_checks": report.deploy_checks, "rows": rows, "user_ms": user, "user_passes_ms": passes,
+            "beside_ms": beside,
             "statuses": {labels.get(r.key, r.backend): r.status + (f": {r.error[:120]}" if r.error else "")
                          for r in report.results},
             "verdicts": {labels.get(k, k): v.get("verdict") for k, v in report.verdicts.items()}}
@@ -194,16 +206,18 @@ def table(run: dict, index: int) -> str:
             f"{'on' if run['dispatch'] else 'off'}; tuned in {run['tune_s']:.0f} s, user harness {run['user_s']:.0f} s)\n\n"
             f"Decision: {run['decision']}\n\n")
     cols = ["bs", "chosen", "tuner speedup [95% CI]", "rounds", "user speedup", "tuner vs user", "user A/A",
-            "user eager ms", "user deployed ms", "best single (user)", "deployed vs best single"]
+            "user again", "user vs user", "user eager ms", "user deployed ms", "best single (user)",
+            "deployed vs best single"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    nan = float("nan")
     for r in run["rows"]:
         flags = (" SLOWER" if r["slower_than_eager"] else "") + ("" if r["agrees"] else " (off by >5%)")
         lines.append("| " + " | ".join(str(c) for c in [
             r["bs"], r["chosen"], f"{r['tuner_speedup']:.3f}x [{r['tuner_low']:.3f}, {r['tuner_high']:.3f}]",
             r["rounds"], f"{r['user_speedup']:.3f}x{flags}", f"{r['tuner_vs_user']:+.1%}", f"{r['user_aa']:.3f}x",
-            f"{r['user_eager_ms']:.3f}",
-            f"{r['user_deployed_ms']:.3f}", f"{r.get('best_single', '-')} {r.get('best_single_ms', float('nan')):.3f}",
-            f"{r.get('deployed_vs_best', float('nan')):+.1%}"]) + " |")
+            f"{r.get('user_again', nan):.3f}x", f"{r.get('user_vs_user', nan):+.1%}", f"{r['user_eager_ms']:.3f}",
+            f"{r['user_deployed_ms']:.3f}", f"{r.get('best_single', '-')} {r.get('best_single_ms', nan):.3f}",
+            f"{r.get('deployed_vs_best', nan):+.1%}"]) + " |")
     extra = f"\n\nCandidates: " + "; ".join(f"{k}: {v}" for k, v in run["statuses"].items())
     extra += "\n\nVerdicts: " + "; ".join(f"{k}: {v}" for k, v in run["verdicts"].items())
     if run["dispatch_routes"]:
@@ -224,6 +238,11 @@ def summary(runs: list[dict]) -> str:
             f"eager kept at {kept} of the pairs\n"
             f"- tuner's speedup within 5% of the user's: {agree} of {len(rows)} (target all)\n"
             f"- the harness's own noise, eager against eager (A/A): up to {spread:.1%} off 1.0x\n")
+    repeated = [r for r in rows if "user_repeats_agree" in r]
+    if repeated:
+        text += (f"- the user's second loop within 5% of the first: {sum(r['user_repeats_agree'] for r in repeated)} "
+                 f"of {len(repeated)} (how far one reading of the user's reproduces here; the same noise is in "
+                 f"every comparison with it, the tuner's included)\n")
     within = [r for run in runs if run["dispatch"] for r in run["rows"] if "within_best" in r]
     if within:
         text += (f"- with dispatch, deployed within 3% of the best single candidate: "
@@ -244,6 +263,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds of the tuner's re-measure")
     parser.add_argument("--calls", type=int, default=100, help="back-to-back calls per user loop")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of the user loop")
+    parser.add_argument("--user-passes", type=int, default=2,
+                        help="times the user's loop of eager against the deployed module runs (the second and later: "
+                             "the user's own repeat)")
     parser.add_argument("--budget-s", type=float, default=None, help="start no run after this many seconds")
     ARGS = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -278,7 +300,7 @@ def main() -> int:
     return 0
 
 
-ARGS = argparse.Namespace(calls=100, repeats=5)
+ARGS = argparse.Namespace(calls=100, repeats=5, user_passes=2)
 
 if __name__ == "__main__":
     sys.exit(main())

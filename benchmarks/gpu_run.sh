@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [bytecode|tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [bytecode|tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|restored|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -96,7 +96,11 @@ for part in $parts; do
     decide)   # three tunings of the ViT with batch-size dispatch on, each against a user's loop (about 4 minutes)
       timeout 330 python benchmarks/decisions.py --out "$out/dec" --models vit --runs 3 --dispatch \
         --backends ${BACKENDS:-jit,jit-ro,jit-max} --budget-s 230 > "$out/decisions.log" 2>&1
-      echo "decisions.py: exit $?"; sed -n '1,12p' "$out/dec/decisions.md"; grep -E "^\| (8|32) |^Decision|^Dispatch" "$out/dec/decisions.md" ;;
+      echo "decisions.py: exit $?"; sed -n '1,14p' "$out/dec/decisions.md"; grep -E "^\| (8|32) |^Decision|^Dispatch" "$out/dec/decisions.md" ;;
+    restored)   # a JIT build kept from its build against fresh restores from its recipe, in paired rounds with
+      # eager: before a restore has seen every size, after, and as the tuner's rounds time it (about 2 minutes)
+      timeout 240 python benchmarks/restored_jit.py --out "$out/restored" --rounds 20 > "$out/restored.log" 2>&1
+      echo "restored_jit.py: exit $?"; cat "$out/restored/restored_jit.md"; tail -3 "$out/restored.log" ;;
     agree)   # the tuner's rounds against a user's loop on one tuning, with the burst-length sweep (about 3 minutes)
       timeout 400 python benchmarks/harness_agreement.py --out "$out/agree" --backends jit,jit-ro --sweep \
         > "$out/agree.log" 2>&1

@@ -261,3 +261,25 @@ def test_eager_that_moved_between_its_first_timing_and_the_re_measure_is_said():
     assert report.eager_moved() == {} and "Eager moved" not in report.markdown()
     report.remeasured_baseline = {}
     assert "Eager moved" not in report.markdown()
+
+
+def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apart():
+    from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_ray.results import BuildResult
+
+    def result(key, backend_or_spec):
+        spec = backend_or_spec.spec() if hasattr(backend_or_spec, "spec") else backend_or_spec
+        return BuildResult(key=key, backend="TorchInductorJitBackend", spec=spec, status="ok")
+
+    default = TorchInductorJitBackend()
+    static = TorchInductorJitBackend(TorchInductorJitBackendConfig(dynamic=False))
+    dynamic = TorchInductorJitBackend(TorchInductorJitBackendConfig(dynamic=True, mode="reduce-overhead"))
+    unknown = {"type": "somewhere.not_imported:Backend", "config": {"flag": False, "size": 3, "extra": None}}
+    report = ModuleReport(module="m", strategy="MaxThroughputStrategy", device="cpu", call_mix={2: 1}, baseline={},
+                          results=[result("a", default), result("b", static), result("c", dynamic),
+                                   result("d", unknown)])
+    configs = [row["config"] for row in report.rows()[1:]]
+    # False differs from the default None: it is shown; the defaults (fullgraph=False, mode=None) are not
+    assert configs[:3] == ["", "dynamic=False", "mode=reduce-overhead,dynamic=True"]
+    # a class that is not registered (never imported to find its defaults): the settings that are set at all
+    assert configs[3] == "size=3"

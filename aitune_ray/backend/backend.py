@@ -291,3 +291,13 @@ def plan_key_of(spec: dict) -> str | None:
 
 def backend_class_of(spec: dict) -> type["Backend"]:
     return BACKENDS.resolve(str(spec.get("type", "")), Backend)
+
+
+def config_defaults(spec: dict) -> dict:
+    """The to_dict() of the default config of spec's backend class when that class is registered, else {}
+    (nothing is imported: a report may describe a checkpoint's specs)."""
+    cls = BACKENDS.registered(str(spec.get("type", "")))
+    try:
+        return cls.config_class().to_dict() if cls is not None else {}
+    except Exception:   # a config class without defaults for every field
+        return {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from aitune_ray.backend.backend import config_defaults
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import BuildResult
 
@@ -50,7 +51,7 @@ class ModuleReport:
         row = {
             "module": self.module,
             "backend": backend,
-            "config": _config_text(r.spec.get("config", {})) if r else "",
+            "config": _config_text(r.spec) if r else "",
             "status": status,
             "chosen": (r is not None and r.key == self.chosen) or (baseline and self.chosen is None),
             "speedup": 1.0 if baseline else self.speedups.get(r.key, math.nan),
@@ -141,7 +142,7 @@ class ModuleReport:
     def _dispatch_text(self) -> str:
         if not self.dispatch:
             return ""
-        names = {r.key: r.backend + (f"({_config_text(r.spec.get('config', {}))})" if r.spec.get("config") else "")
+        names = {r.key: r.backend + (f"({_config_text(r.spec)})" if _config_text(r.spec) else "")
                  for r in self.results}
         routes = ", ".join(f"bs {bs} -> {names.get(k, k) if k else 'eager'}" for bs, k in sorted(self.dispatch.items()))
         return f"\n\nBatch-size dispatch, winner per batch size: {routes}"
@@ -216,8 +217,15 @@ def _timing(base: dict, remeasured: dict, bs: int) -> Timing | None:
     return Timing.from_dict(data) if data else None
 
 
-def _config_text(config: dict) -> str:
-    return ",".join(f"{k}={_value_text(v)}" for k, v in config.items() if v not in (None, False, {}, []))
+def _config_text(spec: dict) -> str:
+    """The settings of spec's config that differ from its class's defaults (where the class is not known:
+    those that are set at all), so that two variants of one backend read apart."""
+    defaults = config_defaults(spec)
+
+    def shown(key, value) -> bool:
+        return value != defaults[key] if key in defaults else value not in (None, False, {}, [])
+
+    return ",".join(f"{k}={_value_text(v)}" for k, v in (spec.get("config") or {}).items() if shown(k, v))
 
 
 def _value_text(value) -> str:
