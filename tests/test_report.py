@@ -265,6 +265,7 @@ def test_eager_that_moved_between_its_first_timing_and_the_re_measure_is_said():
 
 def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apart():
     from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_ray.backend.torchao_backend import TorchAOBackend, TorchAOBackendConfig
     from aitune_ray.results import BuildResult
 
     def result(key, backend_or_spec):
@@ -275,11 +276,14 @@ def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apa
     static = TorchInductorJitBackend(TorchInductorJitBackendConfig(dynamic=False))
     dynamic = TorchInductorJitBackend(TorchInductorJitBackendConfig(dynamic=True, mode="reduce-overhead"))
     unknown = {"type": "somewhere.not_imported:Backend", "config": {"flag": False, "size": 3, "extra": None}}
+    quantized = TorchAOBackend(TorchAOBackendConfig(quantization="int8wo"))
     report = ModuleReport(module="m", strategy="MaxThroughputStrategy", device="cpu", call_mix={2: 1}, baseline={},
                           results=[result("a", default), result("b", static), result("c", dynamic),
-                                   result("d", unknown)])
+                                   result("d", unknown), result("e", quantized)])
     configs = [row["config"] for row in report.rows()[1:]]
-    # False differs from the default None: it is shown; the defaults (fullgraph=False, mode=None) are not
+    # False differs from the default None: it is shown; the unset defaults (fullgraph=False, mode=None) are not
     assert configs[:3] == ["", "dynamic=False", "mode=reduce-overhead,dynamic=True"]
     # a class that is not registered (never imported to find its defaults): the settings that are set at all
     assert configs[3] == "size=3"
+    # a setting that names the candidate stays in view where it equals the default
+    assert configs[4].startswith("quantization=int8wo")

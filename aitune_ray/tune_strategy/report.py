@@ -218,12 +218,13 @@ def _timing(base: dict, remeasured: dict, bs: int) -> Timing | None:
 
 
 def _config_text(spec: dict) -> str:
-    """The settings of spec's config that differ from its class's defaults (where the class is not known:
-    those that are set at all), so that two variants of one backend read apart."""
+    """The settings of spec's config that are set (not None, False or empty), and those that differ from
+    its class's defaults where the class is known: dynamic=False is not the default dynamic=None, so two
+    variants of one backend read apart."""
     defaults = config_defaults(spec)
 
     def shown(key, value) -> bool:
-        return value != defaults[key] if key in defaults else value not in (None, False, {}, [])
+        return value not in (None, False, {}, []) or (key in defaults and value != defaults[key])
 
     return ",".join(f"{k}={_value_text(v)}" for k, v in (spec.get("config") or {}).items() if shown(k, v))
 
