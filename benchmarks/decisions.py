@@ -194,7 +194,8 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
     return {"model": model_name, "backends": backends, "dispatch": dispatch, "device": str(device), "size": size,
             "tune_s": tune_s, "user_s": user_s, "decision": report.decision, "single_winner": labels.get(single, single),
             "dispatch_routes": {bs: labels.get(k, k) if k else "eager" for bs, k in report.dispatch.items()},
-            "deploy_checks": report.deploy_checks, "rows": rows, "user_ms": user, "user_passes_ms": passes,
+            "deploy_checks": report.deploy_checks, "speedup_moved": report.speedup_moved_text(),
+            "eager_moved": report.eager_moved_text(), "rows": rows, "user_ms": user, "user_passes_ms": passes,
             "beside_ms": beside,
             "statuses": {labels.get(r.key, r.backend): r.status + (f": {r.error[:120]}" if r.error else "")
                          for r in report.results},
@@ -224,6 +225,9 @@ def table(run: dict, index: int) -> str:
         extra += "\n\nDispatch: " + ", ".join(f"bs {bs} -> {k}" for bs, k in sorted(run["dispatch_routes"].items()))
     if run["deploy_checks"]:
         extra += "\n\nPost-deploy check: " + "; ".join(f"{c['backend']}: {c['verdict']}" for c in run["deploy_checks"])
+    for said in ("eager_moved", "speedup_moved"):
+        if run.get(said):
+            extra += f"\n\nThe report: {run[said]}"
     return head + "\n".join(lines) + extra + "\n"
 
 

@@ -3,6 +3,7 @@ report command re-rendering from JSON, and columns the decision rule adds."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import json
@@ -287,3 +288,28 @@ def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apa
     assert configs[3] == "size=3"
     # a setting that names the candidate stays in view where it equals the default
     assert configs[4].startswith("quantization=int8wo")
+
+
+def test_a_speedup_that_moved_between_the_re_measure_and_the_post_deploy_check_is_said():
+    from aitune_ray.results import BuildResult
+
+    def report(checked_at_8):
+        chosen = BuildResult(key="jit", backend="TorchInductorJitBackend", spec={}, status="ok")
+        measured = {8: {"median": 3.83, "low": 3.5, "high": 4.2}, 32: {"median": 1.12, "low": 1.1, "high": 1.15}}
+        check = {"key": "jit", "backend": "TorchInductorJitBackend", "verdict": "holds",
+                 "intervals": {8: {"median": checked_at_8}, 32: {"median": 1.11}}}
+        return ModuleReport(module="vit", strategy="MaxThroughputStrategy", device="cuda", call_mix={8: 2, 32: 1},
+                            baseline={}, results=[chosen], chosen="jit", verdicts={"jit": {"intervals": measured}},
+                            deploy_checks=[check])
+
+    moved = report(2.40)
+    assert moved.speedup_moved() == {8: (3.83, 2.40)}                     # bs 32 moved by under 10%: not said
+    text = moved.speedup_moved_text()
+    assert "bs 8: 3.83x in the re-measure, 2.4x in the post-deploy check" in text and "bs 32" not in text
+    assert text in moved.markdown()
+    # read back from JSON (string keys), as the report command renders it
+    again = json.loads(json.dumps({"verdicts": moved.verdicts, "deploy_checks": moved.deploy_checks}))
+    assert dataclasses.replace(moved, **again).speedup_moved() == {8: (3.83, 2.40)}
+    steady = report(3.60)                                                  # 6% apart: within SPEEDUP_MOVED
+    assert steady.speedup_moved() == {} and steady.speedup_moved_text() == ""
+    assert dataclasses.replace(moved, chosen=None).speedup_moved() == {}  # eager kept: nothing to compare

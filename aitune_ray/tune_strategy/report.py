@@ -14,6 +14,10 @@ from aitune_ray.results import BuildResult
 # bound by the host, whose speed changes with the CPU the process runs on (2x apart on an H200 machine's
 # CPUs, benchmarks/host_modes.py).
 EAGER_MOVED = 1.2
+# The chosen backend's speedup at one batch size moving by this factor between the re-measure and its post-deploy
+# check (the wrapped Module, timed later) is said in the report: a candidate and eager answer the host's state
+# differently (a GPU-bound call and a host-bound one), so the speedup itself moves with it.
+SPEEDUP_MOVED = 1.1
 
 
 @dataclasses.dataclass
@@ -113,7 +117,7 @@ class ModuleReport:
             cells += [_num(row["build_s"]), note.replace("|", "/").replace("\n", " ")[:240]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         return (head + "\n".join(lines) + self._remeasured_text() + _paragraph(self.eager_moved_text()) + self._dispatch_text()
-                + self._deploy_text() + f"\n\nDecision: {self.decision}\n")
+                + self._deploy_text() + _paragraph(self.speedup_moved_text()) + f"\n\nDecision: {self.decision}\n")
 
     def eager_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
@@ -138,6 +142,35 @@ class ModuleReport:
         return (f"Eager moved during this tuning ({sizes}). A call whose speed moves this much is bound by "
                 "the host, and its speed moves with the host from minute to minute: a timing at another "
                 "time, a user's own included, can differ by as much, and so can the speedups at that batch size.")
+
+    def speedup_moved(self) -> dict[int, tuple[float, float]]:
+        """Batch sizes where the chosen backend's median speedup in the re-measure and in its own post-deploy
+        check differ by SPEEDUP_MOVED or more: bs -> (re-measured, checked)."""
+        if self.chosen is None:
+            return {}
+        check = next((c for c in reversed(self.deploy_checks) if c.get("key") == self.chosen and c.get("intervals")),
+                     None)
+        measured = (self.verdicts.get(self.chosen) or {}).get("intervals") or {}
+        if check is None or not measured:
+            return {}
+        moved = {}
+        for bs in self.call_mix:
+            a, b = _median_at(measured, bs), _median_at(check["intervals"], bs)
+            if a > 0 and b > 0 and max(a, b) / min(a, b) >= SPEEDUP_MOVED:
+                moved[bs] = (a, b)
+        return moved
+
+    def speedup_moved_text(self) -> str:
+        """The report's sentence on speedup_moved(), or ""."""
+        moved = self.speedup_moved()
+        if not moved:
+            return ""
+        sizes = "; ".join(f"bs {bs}: {a:.3g}x in the re-measure, {b:.3g}x in the post-deploy check"
+                          for bs, (a, b) in moved.items())
+        return (f"The chosen backend's speedup moved between the re-measure and the post-deploy check ({sizes}). "
+                "The host's state changes the speedup itself, not only the times, where eager and the backend "
+                "answer it differently: a timing at another time, a user's own included, may read either figure "
+                "or one beyond them.")
 
     def _dispatch_text(self) -> str:
         if not self.dispatch:
@@ -191,6 +224,12 @@ def describe_candidate(result: BuildResult) -> str:
     if plan is not None:
         parts.append(plan)
     return "; ".join(parts)
+
+
+def _median_at(intervals: dict, bs: int) -> float:
+    """The median of intervals at bs (keys are ints in a live report, strings once read back from JSON), 0 if none."""
+    found = intervals.get(bs) or intervals.get(str(bs)) or {}
+    return float(found.get("median") or 0.0)
 
 
 def _paragraph(text: str) -> str:
