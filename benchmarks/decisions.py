@@ -254,10 +254,41 @@ def summary(runs: list[dict]) -> str:
     return text
 
 
+def reread(paths: list[str]) -> str:
+    """For recorded decisions.json files: per run and batch size the tuner's speedup, its post-deploy check's,
+    the user's, whether the report says (by its rule, ModuleReport.speedup_moved) that the speedup moved between
+    the first two, and whether the tuner was within 5% of the user; then how the two go together."""
+    from aitune_ray.tune_strategy.report import ModuleReport
+
+    lines = ["| file | run | bs | tuner | post-deploy check | user | report: speedup moved | tuner within 5% |",
+             "|---|---|---|---|---|---|---|---|"]
+    said = missed = both = pairs = 0
+    for path in paths:
+        for index, run in enumerate(json.loads(Path(path).read_text())["runs"], 1):
+            checks = [c for c in run["deploy_checks"] if c.get("intervals")]
+            mix = {r["bs"]: 1 for r in run["rows"]}
+            report = ModuleReport(module="m", strategy="", device="", call_mix=mix, baseline={}, chosen="c",
+                                  verdicts={"c": {"intervals": {r["bs"]: {"median": r["tuner_speedup"]} for r in run["rows"]}}},
+                                  deploy_checks=[dict(checks[-1], key="c")] if checks else [])
+            moved = report.speedup_moved()
+            for r in run["rows"]:
+                check = (checks[-1]["intervals"].get(str(r["bs"])) or {}).get("median") if checks else None
+                pairs += 1
+                said += r["bs"] in moved
+                missed += not r["agrees"]
+                both += r["bs"] in moved and not r["agrees"]
+                lines.append(f"| {Path(path).name} | {index} | {r['bs']} | {r['tuner_speedup']:.3f}x | "
+                             f"{f'{check:.3f}x' if check else '-'} | {r['user_speedup']:.3f}x | "
+                             f"{'yes' if r['bs'] in moved else ''} | {'yes' if r['agrees'] else 'no'} |")
+    lines.append(f"\n{pairs} (run, batch size) pairs: the report says the speedup moved at {said}, {both} of them "
+                 f"outside 5% of the user; {missed} outside 5% in all")
+    return "\n".join(lines)
+
+
 def main() -> int:
     global ARGS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for decisions.json and decisions.md")
+    parser.add_argument("--out", help="folder for decisions.json and decisions.md (required unless --reread)")
     parser.add_argument("--models", default="vit", help="comma-separated: vit, bert")
     parser.add_argument("--backends", default=DEFAULT_BACKENDS, help=f"comma-separated (default {DEFAULT_BACKENDS})")
     parser.add_argument("--runs", type=int, default=3)
@@ -271,7 +302,13 @@ def main() -> int:
                         help="times the user's loop of eager against the deployed module runs (the second and later: "
                              "the user's own repeat)")
     parser.add_argument("--budget-s", type=float, default=None, help="start no run after this many seconds")
+    parser.add_argument("--reread", nargs="+", metavar="JSON",
+                        help="tune nothing: for recorded decisions.json files, whether the report's 'speedup moved' "
+                             "sentence went with the tuner's misses of the user's reading")
     ARGS = parser.parse_args()
+    if ARGS.reread:
+        print(reread(ARGS.reread))
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     device = torch.device(ARGS.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     size = ARGS.size or ("base" if device.type == "cuda" else "tiny")
@@ -279,6 +316,8 @@ def main() -> int:
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown:
         raise SystemExit(f"unknown backends {unknown}; known: {sorted(BACKENDS)}")
+    if not ARGS.out:
+        parser.error("--out is required to tune")
     out = Path(ARGS.out)
     out.mkdir(parents=True, exist_ok=True)
     runs: list[dict] = []
