@@ -70,6 +70,9 @@ class Executor(ABC):
     progress: called with every progress event (see the module docstring); None: logged only."""
 
     progress: Callable[[dict], None] | None = None
+    # True where materialize() hands over the very backend object that remeasure() timed, in this process (the
+    # inline executor); a Ray driver restores its own copy of what an actor timed
+    deploys_what_it_measured: bool = False
 
     def emit(self, context: TuneContext, event: str, *, task: str = "build", job: CandidateJob | None = None,
              status: str = RUNNING, where: dict | None = None, elapsed_s: float = 0.0, **extra: Any) -> dict:

@@ -69,6 +69,8 @@ class InlineExecutor(Executor):
     gets it here first, from the backend's planner on a LocalRunner, as on Ray from the driver; jobs with
     one plan key (KernelSelector candidates that differ only in their delegate) share one plan."""
 
+    deploys_what_it_measured = True   # materialize() takes the worker's backend, the one the re-measure timed
+
     def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")

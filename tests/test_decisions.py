@@ -263,6 +263,8 @@ def test_with_dispatch_a_lone_skewed_backend_serves_only_its_winning_size():
 class RestoringExecutor(InlineExecutor):
     """Deploys as a remote executor does: a fresh backend restored from the result's recipe."""
 
+    deploys_what_it_measured = False
+
     def materialize(self, context, result):
         backend = Backend.from_spec(result.spec)
         backend.restore(context.module, result.state, {}, context.device, context.workdir / "restored" / result.key)
@@ -295,6 +297,47 @@ def test_a_candidate_deployed_after_a_loss_must_win_its_own_check():
     assert second["fell_back_to"] == "eager"
     assert report.chosen is None and module.backend is None
     assert "must win its own check and did not" in report.decision and report.decision.endswith("eager is used instead")
+
+
+class DriftingExecutor(InlineExecutor):
+    """Inline; eager (the host-bound call) runs faster from the deployment on: the host's state moved."""
+
+    def materialize(self, context, result):
+        context.module.ms *= 0.75
+        return super().materialize(context, result)
+
+
+def test_the_deployed_speedup_pools_the_re_measure_and_the_check_of_the_same_object():
+    # 2x in the re-measure; eager then speeds up to 1.5 ms, so 1.5x in the check, of the very object measured
+    quick = sim("quick", ms=1.0, noise=0.02)
+    module = recorded(ait.MaxThroughputStrategy([quick], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
+    report = module.tune(device="cpu", executor=DriftingExecutor(remeasure_rounds=20))
+    (check,) = report.deploy_checks
+    assert report.chosen == quick.key() and check["verdict"] == "holds"
+    measured = report.verdicts[quick.key()]["intervals"]
+    both = report.deployed_speedups()
+    assert both == check["both"] and both["interval"]["rounds"] == 40        # 20 re-measured + 20 checked
+    for bs in (8, 32):
+        assert measured[bs]["median"] > 1.9 and check["intervals"][bs]["median"] < 1.6
+        assert check["intervals"][bs]["median"] < both["intervals"][bs]["median"] < measured[bs]["median"]
+        assert both["intervals"][bs]["rounds"] == 40
+    text = report.markdown()
+    assert "over the re-measure's rounds and this check's together" in text
+    assert report.speedup_moved().keys() == {8, 32} and report.speedup_moved_text() in text
+
+
+def test_a_deployed_restore_is_given_its_checks_speedup_alone():
+    # what a Ray driver deploys is its own restore (here 0.4 ms slower per call than what was measured): the
+    # re-measure's rounds timed another object and are not pooled into the deployed module's figure
+    shifted = sim("shifted", ms=1.0, noise=0.02, restored_extra_ms=0.4)
+    module = recorded(ait.MaxThroughputStrategy([shifted], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
+    report = module.tune(device="cpu", executor=RestoringExecutor(remeasure_rounds=20))
+    (check,) = report.deploy_checks
+    assert check["verdict"] == "holds" and "both" not in check
+    deployed = report.deployed_speedups()
+    assert deployed["intervals"] == check["intervals"] and deployed["interval"]["rounds"] == 20
+    assert all(1.35 < i["median"] < 1.5 for i in deployed["intervals"].values())
+    assert "together" not in report.markdown() and "what was deployed differs" in report.speedup_moved_text()
 
 
 def test_the_post_deploy_check_keeps_eager_when_nothing_else_passed():

@@ -143,6 +143,19 @@ class ModuleReport:
                 "the host, and its speed moves with the host from minute to minute: a timing at another "
                 "time, a user's own included, can differ by as much, and so can the speedups at that batch size.")
 
+    def deployed_speedups(self) -> dict:
+        """The deployed module's speedup as this report gives it, {"speedup", "interval", "intervals"}: over the
+        re-measure's paired rounds and its post-deploy check's together where both timed the deployed object,
+        else the check's alone; {} when eager was kept or no check timed it."""
+        if self.chosen is None:
+            return {}
+        check = next((c for c in reversed(self.deploy_checks) if c.get("key") == self.chosen), None) or {}
+        if check.get("both"):
+            return dict(check["both"])
+        if not check.get("intervals"):
+            return {}
+        return {"speedup": check.get("speedup"), "interval": check.get("interval"), "intervals": dict(check["intervals"])}
+
     def speedup_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where the chosen backend's median speedup in the re-measure and in its own post-deploy
         check differ by SPEEDUP_MOVED or more: bs -> (re-measured, checked)."""
@@ -168,9 +181,9 @@ class ModuleReport:
         sizes = "; ".join(f"bs {bs}: {a:.3g}x in the re-measure, {b:.3g}x in the post-deploy check"
                           for bs, (a, b) in moved.items())
         return (f"The chosen backend's speedup moved between the re-measure and the post-deploy check ({sizes}). "
-                "The host's state changes the speedup itself, not only the times, where eager and the backend "
-                "answer it differently: a timing at another time, a user's own included, may read either figure "
-                "or one beyond them.")
+                "Either the host's state moved it (where eager and the backend answer the host differently, the "
+                "speedup itself moves, not only the times) or what was deployed differs from what was measured: "
+                "a timing at another time, a user's own included, may read either figure or one beyond them.")
 
     def _dispatch_text(self) -> str:
         if not self.dispatch:
@@ -186,6 +199,13 @@ class ModuleReport:
         parts = []
         for check in self.deploy_checks:
             text = f"{check['backend']}: {check.get('reason') or check['verdict']}"
+            both = check.get("both")
+            if both and not check.get("fell_back_to"):
+                sizes = ", ".join(f"bs {bs} {_interval(i['median'], i['low'], i['high'])}"
+                                  for bs, i in both["intervals"].items())
+                text += (f"; the deployed module's speedup over the re-measure's rounds and this check's together: "
+                         f"{_interval(both['interval']['median'], both['interval']['low'], both['interval']['high'])} "
+                         f"({sizes})")
             if check.get("fell_back_to"):
                 text += f" -> fell back to {check['fell_back_to']}"
             if check.get("note"):
