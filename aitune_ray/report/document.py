@@ -35,9 +35,9 @@ def blocks(run: dict) -> list[tuple]:
         head, rows = candidate_table(module, host)
         out.append(("table", "candidates", head, rows))
         out.append(("text", f"Decision: {module.decision or '(none recorded)'}"))
-        for moved in (module.eager_moved_text(), module.speedup_moved_text()):
-            if moved:
-                out.append(("text", moved))
+        for said in (module.eager_moved_text(), module.deploy_text(), module.speedup_moved_text()):
+            if said:
+                out.append(("text", said))
         for users, plan_head, plan_rows in plan_tables(module):
             out.append(("table", f"kernel plan of {users}", plan_head, plan_rows))
     for name, why in (report.get("failures") or {}).items():

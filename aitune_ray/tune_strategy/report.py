@@ -117,7 +117,8 @@ class ModuleReport:
             cells += [_num(row["build_s"]), note.replace("|", "/").replace("\n", " ")[:240]]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
         return (head + "\n".join(lines) + self._remeasured_text() + _paragraph(self.eager_moved_text()) + self._dispatch_text()
-                + self._deploy_text() + _paragraph(self.speedup_moved_text()) + f"\n\nDecision: {self.decision}\n")
+                + _paragraph(self.deploy_text()) + _paragraph(self.speedup_moved_text())
+                + f"\n\nDecision: {self.decision}\n")
 
     def eager_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
@@ -193,7 +194,8 @@ class ModuleReport:
         routes = ", ".join(f"bs {bs} -> {names.get(k, k) if k else 'eager'}" for bs, k in sorted(self.dispatch.items()))
         return f"\n\nBatch-size dispatch, winner per batch size: {routes}"
 
-    def _deploy_text(self) -> str:
+    def deploy_text(self) -> str:
+        """The post-deploy checks in words, with the deployed module's speedup where the report gives one; ""."""
         if not self.deploy_checks:
             return ""
         parts = []
@@ -211,7 +213,7 @@ class ModuleReport:
             if check.get("note"):
                 text += f" ({check['note']})"
             parts.append(text)
-        return "\n\nPost-deploy check (the wrapped Module, as deployed, against eager): " + "; ".join(parts)
+        return "Post-deploy check (the wrapped Module, as deployed, against eager): " + "; ".join(parts)
 
     def _remeasured_text(self) -> str:
         """Finalists re-timed beside eager on one device: the re-measured ms/call, the first one in brackets."""
