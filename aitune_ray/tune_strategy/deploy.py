@@ -94,7 +94,8 @@ def both_measurements(report, result: BuildResult, eager_ms, deployed_ms, strate
 
     The two were taken at different times, and the host's state moves a host-bound speedup between them (by
     10% or more at 7 of 16 tunings and batch sizes of benchmarks/decisions.py on an H200): their rounds pooled
-    estimate what a later timing, a user's, will read better than either alone. Only for a backend that the
+    estimate what a later timing, a user's, will read better than either alone; as many rounds are taken from
+    each (the re-measure's latest), so that each reading counts alike. Only for a backend that the
     re-measure timed as the very object deployed (the inline executor): a Ray driver deploys its own restore
     of what an actor timed, and there the check alone speaks for the deployed module. The decision stays with
     the re-measure, taken before anything was deployed."""
@@ -104,9 +105,11 @@ def both_measurements(report, result: BuildResult, eager_ms, deployed_ms, strate
     first_eager, first_deployed = series(report.remeasured_baseline, mix), series(result.remeasured, mix)
     pooled_eager, pooled_deployed = {}, {}
     for bs in mix:
-        n = min(len(first_eager[bs]), len(first_deployed[bs]))   # the rounds paired by index
-        pooled_eager[bs] = first_eager[bs][:n] + list(eager_ms[bs])
-        pooled_deployed[bs] = first_deployed[bs][:n] + list(deployed_ms[bs])
+        paired = min(len(first_eager[bs]), len(first_deployed[bs]))   # the re-measure's rounds, paired by index
+        # as many rounds from each reading, the re-measure's latest: each time the host was read counts alike
+        n = min(paired, len(eager_ms[bs]))
+        pooled_eager[bs] = first_eager[bs][paired - n:paired] + list(eager_ms[bs][-n:])
+        pooled_deployed[bs] = first_deployed[bs][paired - n:paired] + list(deployed_ms[bs][-n:])
     return _rule(pooled_eager, pooled_deployed, mix, strategy)
 
 
