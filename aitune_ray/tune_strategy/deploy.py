@@ -136,15 +136,12 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         holds = outcome.verdict == WIN if fallback else outcome.verdict != LOSS
         entry = {"key": result.key, "backend": result.backend,
                  "verdict": HOLDS if holds else outcome.verdict, "rule": outcome.verdict,
-                 "reason": outcome.reason if fallback else deployed_reason(outcome), "speedup": outcome.mix_speedup,
-                 "interval": outcome.interval.to_dict() if outcome.interval else None,
-                 "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
+                 "reason": outcome.reason if fallback else deployed_reason(outcome), **_figures(outcome)}
         # pooled only where the re-measure timed this very object here: a Ray driver's restore was not timed
         pooled = (both_measurements(report, result, eager_ms, deployed_ms, strategy)
                   if getattr(executor, "deploys_what_it_measured", False) else None)
         if pooled is not None:
-            entry["both"] = {"speedup": pooled.mix_speedup, "interval": pooled.interval.to_dict(),
-                             "intervals": {bs: i.to_dict() for bs, i in pooled.intervals.items()}}
+            entry["both"] = _figures(pooled)
         if cupti_attached():
             entry["note"] = CUPTI_NOTE
         report.deploy_checks.append(entry)
@@ -162,6 +159,12 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         report.chosen = following.key if following is not None else None
         result = following
     module.use_backend(None)
+
+
+def _figures(outcome: GateOutcome) -> dict:
+    """The speedup of outcome as plain data: over the mix, its interval, and the interval at each batch size."""
+    return {"speedup": outcome.mix_speedup, "interval": outcome.interval.to_dict() if outcome.interval else None,
+            "intervals": {bs: i.to_dict() for bs, i in outcome.intervals.items()}}
 
 
 def _next_candidate(report, tried: set[str]) -> BuildResult | None:
