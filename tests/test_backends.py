@@ -68,6 +68,21 @@ def test_torch_eager_backend():
     assert_serves(module, TorchEagerBackend, (2, 5, 3), atol=0.0)
 
 
+def test_a_backend_call_records_no_graph_with_gradients_on_or_off():
+    module = tuned(TorchEagerBackend())
+    x = batch(2)
+    with_grad = module(x)                       # gradients on: infer turns them off itself
+    with torch.no_grad():
+        without = module(x)                     # already off: infer calls the backend directly
+    with torch.inference_mode():
+        inference = module(x)
+    for out in (with_grad, without, inference):
+        assert not out.requires_grad and out.grad_fn is None
+    assert torch.is_grad_enabled()              # and the caller's mode is as it was
+    torch.testing.assert_close(with_grad, without)
+    torch.testing.assert_close(without, inference)
+
+
 @pytest.mark.slow
 def test_torch_inductor_jit_backend():
     module = tuned(TorchInductorJitBackend(), batch_sizes=(4, 4))

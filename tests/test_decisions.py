@@ -14,6 +14,7 @@ from aitune_ray.cluster import InlineExecutor
 from aitune_ray.measure import timing
 from aitune_ray.measure.statistics import median_interval, median_rank, paired_interval
 from aitune_ray.measure.timing import MeasureConfig
+from aitune_ray.samples import SampleStore
 from aitune_ray.tune_strategy.performance_validation import (INCONCLUSIVE, LOSS, NOT_FASTER, NOT_SHOWN, UNDECIDED,
                                                               WIN, could_pass, judge)
 from tests.sim_backends import SIM_CALLS, SIM_CLOCK, SimAffine, sim
@@ -392,3 +393,20 @@ def test_a_cuda_profile_that_left_cupti_attached_is_said_beside_later_post_deplo
     report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=20))
     assert report.deploy_checks[-1]["note"] == conditions.CUPTI_NOTE
     assert "CUPTI attached" in report.markdown()
+
+
+def test_a_dispatch_routes_keyword_calls_by_their_tensor_and_names_a_member_that_is_not_active(tmp_path):
+    from aitune_ray.errors import BuildError
+
+    small, large = sim("small", ms=1.0, noise=0.0), sim("large", ms=1.0, noise=0.0)
+    for index, backend in enumerate((small, large)):
+        backend.build(SimAffine(), SampleStore(), torch.device("cpu"), tmp_path / str(index))
+    dispatch = BatchDispatchBackend.assemble(SimAffine(), {"s": small, "l": large}, {8: "s", 32: "l"},
+                                             torch.device("cpu"))
+    SIM_CALLS.clear()
+    dispatch.infer(x=torch.ones(5, 3))             # no positional tensor: the first tensor among the keywords
+    dispatch.infer(torch.ones(20, 3))
+    assert SIM_CALLS == {"infer:small:5": 1, "infer:large:20": 1}
+    large.deactivate()
+    with pytest.raises(BuildError, match="inactive"):
+        dispatch.infer(torch.ones(32, 3))

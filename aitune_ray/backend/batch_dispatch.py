@@ -23,6 +23,9 @@ from aitune_ray.errors import CheckpointError, ConfigError
 from aitune_ray.samples import SampleStore, batch_size_of
 
 
+_LIVE = (BackendState.ACTIVE, BackendState.DEPLOYED)
+
+
 @dataclasses.dataclass
 class BatchDispatchConfig(BackendConfig):
     """routes: {batch size: member key or None (eager)}; members: {member key: Backend.spec()}."""
@@ -76,15 +79,24 @@ class BatchDispatchBackend(Backend):
     # ----- routing ---------------------------------------------------------------------------------
     def route(self, batch_size: int) -> str | None:
         """The member key serving calls of this batch size (None: eager)."""
-        sizes = sorted(self.config.routes)
+        sizes = self.__dict__.get("_sizes")
+        if sizes is None:   # the routes never change once configured: sorted once, not on every call
+            sizes = self._sizes = sorted(self.config.routes)
         at = bisect.bisect_left(sizes, batch_size)
         return self.config.routes[sizes[min(at, len(sizes) - 1)]]
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        key = self.route(batch_size_of(args, kwargs))
+        first = args[0] if args else None
+        size = int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() > 0 else batch_size_of(args, kwargs)
+        key = self.route(size)
         if key is None:
             return self._module(*args, **kwargs)
-        return self._members[key].infer(*args, **kwargs)
+        member = self._members[key]
+        if member.state not in _LIVE:
+            return member.infer(*args, **kwargs)   # raises: says the member is not active
+        # the member's own _infer: this dispatch's infer() has turned gradients off already, and each call
+        # would pay that again
+        return member._infer(*args, **kwargs)
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
