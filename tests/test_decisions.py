@@ -17,7 +17,7 @@ from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.samples import SampleStore
 from aitune_ray.tune_strategy.performance_validation import (INCONCLUSIVE, LOSS, NOT_FASTER, NOT_SHOWN, UNDECIDED,
                                                               WIN, could_pass, judge)
-from tests.sim_backends import SIM_CALLS, SIM_CLOCK, SimAffine, sim
+from tests.sim_backends import SIM_CALLS, SIM_CLOCK, SimAffine, SimBackend, sim
 
 SIM_MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)
 RULE = dict(enabled=True, min_speedup_ratio=0.01, noise_tolerance=0.03)
@@ -410,3 +410,23 @@ def test_a_dispatch_routes_keyword_calls_by_their_tensor_and_names_a_member_that
     large.deactivate()
     with pytest.raises(BuildError, match="inactive"):
         dispatch.infer(torch.ones(32, 3))
+
+
+class ElsewhereBackend(SimBackend):
+    """A backend whose infer() says it runs elsewhere, as a DetachedBackend does on a driver without the GPU."""
+
+    def infer(self, *args, **kwargs):
+        from aitune_ray.errors import BuildError
+
+        raise BuildError("runs on another machine")
+
+
+def test_a_dispatch_asks_a_member_with_an_infer_of_its_own_through_it(tmp_path):
+    # as a DetachedBackend on a driver without the GPU: its infer() says where the build can run
+    from aitune_ray.errors import BuildError
+
+    member = ElsewhereBackend(sim("away").config)
+    member.build(SimAffine(), SampleStore(), torch.device("cpu"), tmp_path)
+    dispatch = BatchDispatchBackend.assemble(SimAffine(), {"a": member}, {8: "a"}, torch.device("cpu"))
+    with pytest.raises(BuildError, match="another machine"):
+        dispatch.infer(torch.ones(8, 3))

@@ -92,8 +92,10 @@ class BatchDispatchBackend(Backend):
         if key is None:
             return self._module(*args, **kwargs)
         member = self._members[key]
-        if member.state not in _LIVE:
-            return member.infer(*args, **kwargs)   # raises: says the member is not active
+        if member.state not in _LIVE or type(member).infer is not Backend.infer:
+            # an inactive member's infer() says so; a member with an infer() of its own (a DetachedBackend
+            # saying where it can run) is asked through it
+            return member.infer(*args, **kwargs)
         # the member's own _infer: this dispatch's infer() has turned gradients off already, and each call
         # would pay that again
         return member._infer(*args, **kwargs)
