@@ -87,8 +87,8 @@ class BatchDispatchBackend(Backend):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         first = args[0] if args else None
-        size = int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() > 0 else batch_size_of(args, kwargs)
-        key = self.route(size)
+        leading = isinstance(first, torch.Tensor) and first.dim() > 0   # the usual call: read it directly
+        key = self.route(int(first.shape[0]) if leading else batch_size_of(args, kwargs))
         if key is None:
             return self._module(*args, **kwargs)
         member = self._members[key]
