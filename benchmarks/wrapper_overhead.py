@@ -4,8 +4,9 @@ backend's infer(), and a batch-size dispatch in front of it.
     python benchmarks/wrapper_overhead.py [--calls 200000] [--out OUT/wrapper_overhead.md]
 
 Every figure is the best of 5 timeit repeats, in microseconds per call, with gradients off as in a serving
-loop (and the wrapped Module once with them on). On a GPU a host-bound call of about 1 ms (a CUDA-graph replay of a ViT-B at batch 8) pays these
-microseconds in full; they are the floor under any backend's speedup there.
+loop (and the wrapped Module once with them on). On a GPU a host-bound call of about 1 ms (a CUDA-graph
+replay of a ViT-B at batch 8) pays these microseconds in full; they are the floor under any backend's
+speedup there.
 """
 
 from __future__ import annotations

@@ -155,7 +155,8 @@ class ModuleReport:
             return dict(check["both"])
         if not check.get("intervals"):
             return {}
-        return {"speedup": check.get("speedup"), "interval": check.get("interval"), "intervals": dict(check["intervals"])}
+        return {"speedup": check.get("speedup"), "interval": check.get("interval"),
+                "intervals": dict(check["intervals"])}
 
     def speedup_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where the chosen backend's median speedup in the re-measure and in its own post-deploy
