@@ -123,15 +123,9 @@ class ModuleReport:
     def eager_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
         or more: bs -> (first, re-measured)."""
-        moved = {}
-        for bs in self.call_mix:
-            first, again = self.baseline.get(bs), self.remeasured_baseline.get(bs)
-            if not first or not again or min(first["median_ms"], again["median_ms"]) <= 0:
-                continue
-            a, b = first["median_ms"], again["median_ms"]
-            if max(a, b) / min(a, b) >= EAGER_MOVED:
-                moved[bs] = (a, b)
-        return moved
+        readings = {bs: ((self.baseline.get(bs) or {}).get("median_ms", 0.0),
+                         (self.remeasured_baseline.get(bs) or {}).get("median_ms", 0.0)) for bs in self.call_mix}
+        return _moved(readings, EAGER_MOVED)
 
     def eager_moved_text(self) -> str:
         """The report's sentence on eager_moved(), or ""."""
@@ -148,9 +142,7 @@ class ModuleReport:
         """The deployed module's speedup as this report gives it, {"speedup", "interval", "intervals"}: over the
         re-measure's paired rounds and its post-deploy check's together where both timed the deployed object,
         else the check's alone; {} when eager was kept or no check timed it."""
-        if self.chosen is None:
-            return {}
-        check = next((c for c in reversed(self.deploy_checks) if c.get("key") == self.chosen), None) or {}
+        check = self._chosen_check()
         if check.get("both"):
             return dict(check["both"])
         if not check.get("intervals"):
@@ -161,19 +153,18 @@ class ModuleReport:
     def speedup_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where the chosen backend's median speedup in the re-measure and in its own post-deploy
         check differ by SPEEDUP_MOVED or more: bs -> (re-measured, checked)."""
+        checked = self._chosen_check().get("intervals") or {}
+        measured = (self.verdicts.get(self.chosen) or {}).get("intervals") or {}
+        if not checked or not measured:
+            return {}
+        return _moved({bs: (_median_at(measured, bs), _median_at(checked, bs)) for bs in self.call_mix},
+                      SPEEDUP_MOVED)
+
+    def _chosen_check(self) -> dict:
+        """The post-deploy check of the chosen backend (each candidate is checked once at most); {} if none."""
         if self.chosen is None:
             return {}
-        check = next((c for c in reversed(self.deploy_checks) if c.get("key") == self.chosen and c.get("intervals")),
-                     None)
-        measured = (self.verdicts.get(self.chosen) or {}).get("intervals") or {}
-        if check is None or not measured:
-            return {}
-        moved = {}
-        for bs in self.call_mix:
-            a, b = _median_at(measured, bs), _median_at(check["intervals"], bs)
-            if a > 0 and b > 0 and max(a, b) / min(a, b) >= SPEEDUP_MOVED:
-                moved[bs] = (a, b)
-        return moved
+        return next((c for c in reversed(self.deploy_checks) if c.get("key") == self.chosen), None) or {}
 
     def speedup_moved_text(self) -> str:
         """The report's sentence on speedup_moved(), or ""."""
@@ -247,6 +238,11 @@ def describe_candidate(result: BuildResult) -> str:
     if plan is not None:
         parts.append(plan)
     return "; ".join(parts)
+
+
+def _moved(readings: dict[int, tuple[float, float]], factor: float) -> dict[int, tuple[float, float]]:
+    """The batch sizes whose two readings (both positive) differ by factor or more: bs -> (first, second)."""
+    return {bs: (a, b) for bs, (a, b) in readings.items() if a > 0 and b > 0 and max(a, b) / min(a, b) >= factor}
 
 
 def _median_at(intervals: dict, bs: int) -> float:
