@@ -72,6 +72,9 @@ def move(obj: Any, device: torch.device | str) -> Any:
 
 def batch_size_of(args: tuple, kwargs: dict) -> int:
     """The leading dimension of the first tensor input with at least one dimension (1 if none)."""
+    first = args[0] if args else None
+    if isinstance(first, torch.Tensor) and first.dim() > 0:   # the usual call, read without walking the inputs
+        return int(first.shape[0])
     for t in tensors_of((args, kwargs)):
         if t.dim() > 0:
             return int(t.shape[0])

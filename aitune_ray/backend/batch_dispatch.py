@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -21,9 +22,6 @@ from torch import nn
 from aitune_ray.backend.backend import Backend, BackendConfig, BackendState
 from aitune_ray.errors import CheckpointError, ConfigError
 from aitune_ray.samples import SampleStore, batch_size_of
-
-
-_LIVE = (BackendState.ACTIVE, BackendState.DEPLOYED)
 
 
 @dataclasses.dataclass
@@ -77,28 +75,21 @@ class BatchDispatchBackend(Backend):
         return dict(getattr(self, "_members", {}))
 
     # ----- routing ---------------------------------------------------------------------------------
+    @functools.cached_property
+    def _sizes(self) -> list[int]:
+        """The recorded sizes in order: the routes never change once configured, so sorted once."""
+        return sorted(self.config.routes)
+
     def route(self, batch_size: int) -> str | None:
         """The member key serving calls of this batch size (None: eager)."""
-        sizes = self.__dict__.get("_sizes")
-        if sizes is None:   # the routes never change once configured: sorted once, not on every call
-            sizes = self._sizes = sorted(self.config.routes)
-        at = bisect.bisect_left(sizes, batch_size)
-        return self.config.routes[sizes[min(at, len(sizes) - 1)]]
+        at = bisect.bisect_left(self._sizes, batch_size)
+        return self.config.routes[self._sizes[min(at, len(self._sizes) - 1)]]
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        first = args[0] if args else None
-        leading = isinstance(first, torch.Tensor) and first.dim() > 0   # the usual call: read it directly
-        key = self.route(int(first.shape[0]) if leading else batch_size_of(args, kwargs))
+        key = self.route(batch_size_of(args, kwargs))
         if key is None:
             return self._module(*args, **kwargs)
-        member = self._members[key]
-        if member.state not in _LIVE or type(member).infer is not Backend.infer:
-            # an inactive member's infer() says so; a member with an infer() of its own (a DetachedBackend
-            # saying where it can run) is asked through it
-            return member.infer(*args, **kwargs)
-        # the member's own _infer: this dispatch's infer() has turned gradients off already, and each call
-        # would pay that again
-        return member._infer(*args, **kwargs)
+        return self._members[key].infer(*args, **kwargs)
 
     # ----- lifecycle -------------------------------------------------------------------------------
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
