@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One run on a GPU machine: any of the GPU tests, the per-backend table, Ray vs inline, the kernel forge.
 # Needs the ray and torchao extras installed (sageattention and flash-attn for the forge part).
-#   bash benchmarks/gpu_run.sh OUTDIR [bytecode|tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|ao-encoder|actor-start|decide|restored|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
+#   bash benchmarks/gpu_run.sh OUTDIR [bytecode|tests|profile-tests|driver-plan|ray1-long|ray1-heavy|ray-start|host-modes|host-cpus|ao-encoder|actor-start|decide|restored|agree|ort|ort-bert|forge-tests|overhead|kernel-time|compile-frames|forge-two|backends|ray|ray1|memory|bert|bert-ray|bert-inline|pipeline|forge ...]
 # bert-ray and bert-inline are the two halves of the BERT Ray-vs-inline run, for machines that limit how
 # long one command may take; `ray_vs_inline.py --include A.json B.json --runs ""` joins them in one table.
 set -u
@@ -68,6 +68,11 @@ for part in $parts; do
         --run-timeout ${RUN_TIMEOUT:-285} --backends ${BACKENDS:-jit,jit-max-static,jit-max-graphs,kernels} --out "$out/ray1_heavy.md" \
         --log-dir "$out/actor-logs-heavy" > "$out/ray1_heavy.log" 2>&1
       sed -n '1,75p' "$out/ray1_heavy.md" | grep -v "^| Torch\|^| Kernel" ;;
+    host-cpus)   # eager's host-bound call pinned to each CPU, then 60 unpinned bursts read as wall time, the thread's
+      # CPU time, context switches and the SM clock: what moves in a slow stretch (about 2 minutes)
+      timeout 200 python benchmarks/host_cpus.py --passes 2 --bursts 3 --free 60 --out "$out/host_cpus.md" \
+        > "$out/host_cpus.log" 2>&1
+      echo "host_cpus.py: exit $?"; grep -A4 "^| unpinned" "$out/host_cpus.md"; tail -3 "$out/host_cpus.log" ;;
     host-modes)   # eager's host-bound call in three fresh processes, through what a tuning adds to a process (2 minutes)
       for i in 1 2 3; do
         timeout 100 python benchmarks/host_modes.py --bursts 15 --out "$out/host_modes_$i.md" > "$out/host_modes_$i.log" 2>&1
