@@ -196,8 +196,10 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
                "agrees": abs(tuner / user_speedup - 1.0) <= AGREE_LIMIT}
         if len(passes) > 1:
             again = passes[1]["eager"][bs] / passes[1]["deployed"][bs]
+            low, high = min(user_speedup, again), max(user_speedup, again)
             row.update(user_again=again, user_vs_user=user_speedup / again - 1.0,
-                       user_repeats_agree=abs(user_speedup / again - 1.0) <= AGREE_LIMIT)
+                       user_repeats_agree=abs(user_speedup / again - 1.0) <= AGREE_LIMIT,
+                       within_user_range=low / (1.0 + AGREE_LIMIT) <= tuner <= high * (1.0 + AGREE_LIMIT))
         others = {name: t[bs] for name, t in beside.items() if name != "deployed"}
         if others:
             best = min(others, key=others.get)
@@ -263,7 +265,9 @@ def summary(runs: list[dict]) -> str:
     if repeated:
         text += (f"- the user's second loop within 5% of the first: {sum(r['user_repeats_agree'] for r in repeated)} "
                  f"of {len(repeated)} (how far one reading of the user's reproduces here; the same noise is in "
-                 f"every comparison with it, the tuner's included)\n")
+                 f"every comparison with it, the tuner's included); the tuner's speedup within 5% of one of the "
+                 f"user's two readings or between them: {sum(r.get('within_user_range', False) for r in repeated)} "
+                 f"of {len(repeated)}\n")
     within = [r for run in runs if run["dispatch"] for r in run["rows"] if "within_best" in r]
     if within:
         text += (f"- with dispatch, deployed within 3% of the best single candidate: "

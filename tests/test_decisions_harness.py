@@ -42,6 +42,9 @@ def test_the_users_speedup_and_its_repeat_come_from_two_loops_of_eager_against_t
         assert row["user_again"] == pytest.approx(again["eager"][bs] / again["deployed"][bs])
         assert row["user_vs_user"] == pytest.approx(row["user_speedup"] / row["user_again"] - 1.0)
         assert row["user_repeats_agree"] == (abs(row["user_vs_user"]) <= decisions.AGREE_LIMIT)
+        low = min(row["user_speedup"], row["user_again"]) / (1 + decisions.AGREE_LIMIT)
+        high = max(row["user_speedup"], row["user_again"]) * (1 + decisions.AGREE_LIMIT)
+        assert row["within_user_range"] == (low <= row["tuner_speedup"] <= high)
         assert row["agrees"] == (abs(row["tuner_speedup"] / row["user_speedup"] - 1.0) <= decisions.AGREE_LIMIT)
 
 
@@ -62,6 +65,8 @@ def test_the_summary_counts_the_rows(decisions_run):
     assert f"within 5% of the user's: {sum(r['agrees'] for r in rows)} of {len(rows)}" in text
     assert f"the user's second loop within 5% of the first: {sum(r['user_repeats_agree'] for r in rows)} of " \
            f"{len(rows)}" in text
+    assert (f"within 5% of one of the user's two readings or between them: "
+            f"{sum(r['within_user_range'] for r in rows)} of {len(rows)}") in text
     assert "| user again | user vs user |" in text
 
 
