@@ -23,10 +23,12 @@ SIM_CALLS: collections.Counter = collections.Counter()     # "infer:<tag>:<batch
 
 
 class SimClock:
-    """Seconds that pass only when sleep() is called."""
+    """Seconds that pass only when sleep() is called. slowness: the host's state, by which every simulated
+    call takes longer (1.0: as configured)."""
 
     def __init__(self):
         self.now = 0.0
+        self.slowness = 1.0
 
     def __call__(self) -> float:
         return self.now
@@ -56,7 +58,7 @@ class SimAffine(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         SIM_CALLS[f"infer:eager:{x.shape[0]}"] += 1
-        SIM_CLOCK.sleep(_noisy(self.rng, _ms_at(self.ms, self.ms_by_bs, x.shape[0]), self.noise) / 1e3)
+        SIM_CLOCK.sleep(_noisy(self.rng, _ms_at(self.ms, self.ms_by_bs, x.shape[0]), self.noise) * SIM_CLOCK.slowness / 1e3)
         return x * 2 + 1
 
 
@@ -64,7 +66,8 @@ class SimAffine(nn.Module):
 class SimConfig(BackendConfig):
     """ms / ms_by_bs: simulated milliseconds per call (by batch size); noise: relative, seeded by seed.
     restored_extra_ms: added to every call once the backend was restored from its recipe (as after a
-    deployment elsewhere, or a checkpoint load): what was measured is then not what runs."""
+    deployment elsewhere, or a checkpoint load): what was measured is then not what runs.
+    slowness_from_build: the host's state changes to this as this backend is built (0: it does not)."""
 
     tag: str = "sim"
     ms: float = 1.0
@@ -72,6 +75,7 @@ class SimConfig(BackendConfig):
     noise: float = 0.1
     seed: int = 1
     restored_extra_ms: float = 0.0
+    slowness_from_build: float = 0.0
 
 
 class SimBackend(Backend):
@@ -80,13 +84,15 @@ class SimBackend(Backend):
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         self.restored = not len(samples)      # a JIT restore rebuilds without samples
+        if self.config.slowness_from_build and not self.restored:
+            SIM_CLOCK.slowness = self.config.slowness_from_build
         self.rng = random.Random(self.config.seed)
 
     def _infer(self, x: torch.Tensor) -> Any:
         cfg = self.config
         SIM_CALLS[f"infer:{cfg.tag}:{x.shape[0]}"] += 1
         ms = _noisy(self.rng, _ms_at(cfg.ms, cfg.ms_by_bs, x.shape[0]), cfg.noise)
-        SIM_CLOCK.sleep((ms + (cfg.restored_extra_ms if self.restored else 0.0)) / 1e3)
+        SIM_CLOCK.sleep((ms * SIM_CLOCK.slowness + (cfg.restored_extra_ms if self.restored else 0.0)) / 1e3)
         return x * 2 + 1
 
 

@@ -14,12 +14,29 @@ from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 logger = logging.getLogger(__name__)
 
 
+def host_drift(baseline: dict[int, Timing], report) -> float:
+    """How far eager's time over the recorded mix moved between its first timing and the latest re-measure,
+    as a factor of at least 1 (1.0 without a re-measure)."""
+    mix = report.call_mix
+    if not report.remeasured_baseline or not baseline:
+        return 1.0
+    first = mix_time(baseline.__getitem__, mix)
+    again = mix_time(lambda bs: Timing.from_dict(report.remeasured_baseline[bs]), mix)
+    return max(first / again, again / first) if first > 0 and again > 0 else 1.0
+
+
 class MaxThroughputStrategy(TuneStrategy):
     """remeasure_margin: finalists within this fraction of the best (by their first timings) are re-timed
     side by side with eager on one device, in paired rounds, and the decision rule judges them there.
     When none of them passes, the next group of candidates is re-timed likewise, as long as any is left
     whose first timings are not clearly slower than eager. The fastest finalist that passes (by its
     median speedup over the recorded mix) is chosen.
+
+    First timings are taken one after another, each at its own moment. When eager's own time over the mix
+    moved between its first timing and the re-measure by more than the margin (the host changed state during
+    the tuning), they cannot rank the candidates by the margin alone: one timed in a slow stretch may have
+    been left out. The margin is then widened by that movement, and the candidates it brings in are re-timed
+    side by side with the leader, which the decision then rests on (see _retime_left_out).
 
     dispatch_by_batch_size: where different candidates win at different recorded batch sizes, deploy a
     BatchDispatchBackend that sends each call, by its batch size, to that size's winner (eager where
@@ -84,6 +101,10 @@ class MaxThroughputStrategy(TuneStrategy):
             # the rest, unless their first timings already put them clearly behind eager
             pending = [r for r in pending if r not in group
                        and mix_time(r.timing, mix) * (1 - self.noise_tolerance) <= eager_mix]
+        drift = host_drift(baseline, report)
+        late = self._retime_left_out(context, executor, report, baseline, ok, passed, drift) if passed else None
+        if late is not None:
+            passed, group = late
         for r in ok:
             if r.key not in report.verdicts:   # never re-measured: judged on their first timings
                 self._record_gate(report, r, baseline)
@@ -102,6 +123,41 @@ class MaxThroughputStrategy(TuneStrategy):
         report.chosen = winner.key
         report.decision = (f"chose {winner.backend}, fastest of {len(passed)} re-measured that passed: "
                            f"{report.notes[winner.key]}")
+        if late is not None:
+            report.decision += (f" (eager's speed moved {drift:.2f}x during the tuning, so "
+                                f"the candidates its first timings had left out of the re-measure were re-timed "
+                                f"beside the leader)")
+
+    def _retime_left_out(self, context, executor, report, baseline, ok: list[BuildResult],
+                         passed: list[BuildResult], drift: float) -> tuple[list[BuildResult], list[BuildResult]] | None:
+        """When eager moved by more than the margin (drift, from host_drift), re-time beside the leader the
+        candidates that the margin widened by that factor brings in and that no re-measure has timed yet. Returns (passed, group) of that
+        re-measure; None when there was none to re-time (without dispatch only: with it every candidate was
+        re-timed). Where none passes in it, the leader stands on the rounds that chose it, and None."""
+        if self.dispatch_by_batch_size or drift <= 1 + self.remeasure_margin:   # the margin covers that much
+            return None
+        mix = report.call_mix
+
+        def first(r: BuildResult) -> float:   # its first timing's, whether or not it was re-measured since
+            return mix_time(lambda bs: Timing.from_dict(r.timings[bs]), mix)
+
+        widened = min(first(r) for r in ok) * (1 + self.remeasure_margin) * drift
+        left_out = [r for r in ok if r.key not in report.verdicts and first(r) <= widened]
+        if not left_out:
+            return None
+        leader = max(passed, key=lambda r: report.speedups[r.key])
+        stood = (dict(leader.remeasured), report.speedups[leader.key], report.notes[leader.key],
+                 report.verdicts[leader.key], dict(report.remeasured_baseline))
+        logger.info("[%s] eager moved %.2fx since its first timing: re-timing %s beside %s", context.name,
+                    drift, ", ".join(r.backend for r in left_out), leader.backend)
+        group = [leader, *left_out]
+        outcomes = self._judge(context, executor, group, baseline, report)
+        now = [r for r in group if outcomes[r.key].passed]
+        if now:
+            return now, group
+        (leader.remeasured, report.speedups[leader.key], report.notes[leader.key], report.verdicts[leader.key],
+         report.remeasured_baseline) = stood
+        return None
 
     @staticmethod
     def _name_of(report, key: str | None) -> str:
