@@ -199,7 +199,8 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
             low, high = min(user_speedup, again), max(user_speedup, again)
             row.update(user_again=again, user_vs_user=user_speedup / again - 1.0,
                        user_repeats_agree=abs(user_speedup / again - 1.0) <= AGREE_LIMIT,
-                       within_user_range=low / (1.0 + AGREE_LIMIT) <= tuner <= high * (1.0 + AGREE_LIMIT))
+                       within_user_range=low / (1.0 + AGREE_LIMIT) <= tuner <= high * (1.0 + AGREE_LIMIT),
+                       slower_again=report.chosen is not None and again < 1.0 - SLOWER_LIMIT)
         others = {name: t[bs] for name, t in beside.items() if name != "deployed"}
         if others:
             best = min(others, key=others.get)
@@ -267,7 +268,9 @@ def summary(runs: list[dict]) -> str:
                  f"of {len(repeated)} (how far one reading of the user's reproduces here; the same noise is in "
                  f"every comparison with it, the tuner's included); the tuner's speedup within 5% of one of the "
                  f"user's two readings or between them: {sum(r.get('within_user_range', False) for r in repeated)} "
-                 f"of {len(repeated)}\n")
+                 f"of {len(repeated)}\n"
+                 f"- backends chosen that the user's second loop measures slower than eager by more than 3%: "
+                 f"{sum(r.get('slower_again', False) for r in repeated)}\n")
     within = [r for run in runs if run["dispatch"] for r in run["rows"] if "within_best" in r]
     if within:
         text += (f"- with dispatch, deployed within 3% of the best single candidate: "

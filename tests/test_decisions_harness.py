@@ -45,6 +45,7 @@ def test_the_users_speedup_and_its_repeat_come_from_two_loops_of_eager_against_t
         low = min(row["user_speedup"], row["user_again"]) / (1 + decisions.AGREE_LIMIT)
         high = max(row["user_speedup"], row["user_again"]) * (1 + decisions.AGREE_LIMIT)
         assert row["within_user_range"] == (low <= row["tuner_speedup"] <= high)
+        assert row["slower_again"] == (not row["eager_kept"] and row["user_again"] < 1 - decisions.SLOWER_LIMIT)
         assert row["agrees"] == (abs(row["tuner_speedup"] / row["user_speedup"] - 1.0) <= decisions.AGREE_LIMIT)
 
 
@@ -67,6 +68,8 @@ def test_the_summary_counts_the_rows(decisions_run):
            f"{len(rows)}" in text
     assert (f"within 5% of one of the user's two readings or between them: "
             f"{sum(r['within_user_range'] for r in rows)} of {len(rows)}") in text
+    assert (f"the user's second loop measures slower than eager by more than 3%: "
+            f"{sum(r['slower_again'] for r in rows)}") in text
     assert "| user again | user vs user |" in text
 
 
