@@ -210,16 +210,23 @@ def test_a_backend_whose_first_rounds_reach_the_gate_but_do_not_decide_is_measur
     assert executor.remeasures == 2 and report.verdicts[backend.key()]["interval"]["rounds"] == 60
 
 
+def _tuned_in_a_host_that_moves(first_built, second_built, slowness: float):
+    """MaxThroughput over the two (eager 2 ms), the host `slowness` times slower until the second is built;
+    (report, executor, each candidate's first timing over the mix)."""
+    module = recorded(ait.MaxThroughputStrategy([first_built, second_built], measure_config=SIM_MEASURE), ms=2.0,
+                      noise=0.02)
+    SIM_CLOCK.slowness = slowness
+    executor = CountingExecutor(remeasure_rounds=20)
+    report = module.tune(device="cpu", executor=executor)
+    return report, executor, {r.key: sum(r.timings[bs]["median_ms"] for bs in (8, 32)) for r in report.results}
+
+
 def test_a_candidate_first_timed_in_a_slow_stretch_of_the_host_is_re_timed_beside_the_leader():
     # The host is slow (1.6x) while eager and `fast` are first timed, and back to normal from `steady`'s
     # build on: `fast` (1 ms) reads 1.6 ms, `steady` (1.3 ms) 1.3 ms, so the margin alone leaves `fast` out of
     # the re-measure. Eager moved 1.6x between its first timing and the re-measure: `fast` is re-timed.
     fast, steady = sim("fast", ms=1.0, noise=0.02), sim("steady", ms=1.3, noise=0.02, slowness_from_build=1.0)
-    module = recorded(ait.MaxThroughputStrategy([fast, steady], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
-    SIM_CLOCK.slowness = 1.6
-    executor = CountingExecutor(remeasure_rounds=20)
-    report = module.tune(device="cpu", executor=executor)
-    first = {r.key: r.timings[8]["median_ms"] for r in report.results}
+    report, executor, first = _tuned_in_a_host_that_moves(fast, steady, slowness=1.6)
     assert first[fast.key()] > first[steady.key()] * 1.1               # the margin alone would leave it out
     assert executor.remeasures == 2 and report.chosen == fast.key(), report.decision
     assert 1.9 < report.speedups[fast.key()] < 2.1 and report.verdicts[steady.key()]["interval"]["paired"]
@@ -232,11 +239,7 @@ def test_a_host_that_moved_less_than_the_margin_leaves_the_finalists_to_the_marg
     # eager moves 1.05x (slow while it and `slow` are first timed): `slow` (1.38 ms) reads 1.45 ms, beyond the
     # 10% margin of `steady`'s 1.3 ms though within it widened by 1.05; the margin already covers that much
     slow, steady = sim("slow", ms=1.38, noise=0.02), sim("steady", ms=1.3, noise=0.02, slowness_from_build=1.0)
-    module = recorded(ait.MaxThroughputStrategy([slow, steady], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
-    SIM_CLOCK.slowness = 1.05
-    executor = CountingExecutor(remeasure_rounds=20)
-    report = module.tune(device="cpu", executor=executor)
-    first = {r.key: sum(r.timings[bs]["median_ms"] for bs in (8, 32)) for r in report.results}
+    report, executor, first = _tuned_in_a_host_that_moves(slow, steady, slowness=1.05)
     assert first[steady.key()] * 1.1 < first[slow.key()] < first[steady.key()] * 1.1 * 1.05
     assert executor.remeasures == 1 and report.chosen == steady.key()
     assert not report.verdicts[slow.key()]["interval"]["paired"] and "moved" not in report.decision
