@@ -235,6 +235,26 @@ def test_a_candidate_first_timed_in_a_slow_stretch_of_the_host_is_re_timed_besid
     assert all(1.9 < i["median"] < 2.1 for i in report.deployed_speedups()["intervals"].values())
 
 
+class SecondRemeasureFails(CountingExecutor):
+    """Inline, but its second side-by-side pass fails (as on Ray when the actor is lost twice)."""
+
+    def remeasure(self, context, results, baseline):
+        out = super().remeasure(context, results, baseline)
+        return None if self.remeasures == 2 else out
+
+
+def test_a_re_timing_that_fails_leaves_the_leader_on_the_rounds_that_chose_it():
+    fast, steady = sim("fast", ms=1.0, noise=0.02), sim("steady", ms=1.3, noise=0.02, slowness_from_build=1.0)
+    module = recorded(ait.MaxThroughputStrategy([fast, steady], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
+    SIM_CLOCK.slowness = 1.6
+    executor = SecondRemeasureFails(remeasure_rounds=20)
+    report = module.tune(device="cpu", executor=executor)
+    assert executor.remeasures == 2 and report.chosen == steady.key(), report.decision
+    verdict = report.verdicts[steady.key()]
+    assert verdict["interval"]["paired"] and verdict["interval"]["rounds"] == 20 and 1.45 < verdict["mix_speedup"] < 1.65
+    assert "re-timed" not in report.decision and report.remeasured_baseline[8]["runs"] == 20
+
+
 def test_a_host_that_moved_less_than_the_margin_leaves_the_finalists_to_the_margin():
     # eager moves 1.05x (slow while it and `slow` are first timed): `slow` (1.38 ms) reads 1.45 ms, beyond the
     # 10% margin of `steady`'s 1.3 ms though within it widened by 1.05; the margin already covers that much

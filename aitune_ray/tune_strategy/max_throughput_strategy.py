@@ -133,7 +133,8 @@ class MaxThroughputStrategy(TuneStrategy):
         """When eager moved by more than the margin (drift, from host_drift), re-time beside the leader the
         candidates that the margin widened by that factor brings in and that no re-measure has timed yet. Returns (passed, group) of that
         re-measure; None when there was none to re-time (without dispatch only: with it every candidate was
-        re-timed). Where none passes in it, the leader stands on the rounds that chose it, and None."""
+        re-timed). Where none passes in it, or it did not run (the leader is not paired in it), the leader stands
+        on the rounds that chose it, and None."""
         if self.dispatch_by_batch_size or drift <= 1 + self.remeasure_margin:   # the margin covers that much
             return None
         mix = report.call_mix
@@ -153,7 +154,7 @@ class MaxThroughputStrategy(TuneStrategy):
         group = [leader, *left_out]
         outcomes = self._judge(context, executor, group, baseline, report)
         now = [r for r in group if outcomes[r.key].passed]
-        if now:
+        if now and report.verdicts[leader.key]["interval"].get("paired"):
             return now, group
         (leader.remeasured, report.speedups[leader.key], report.notes[leader.key], report.verdicts[leader.key],
          report.remeasured_baseline) = stood
