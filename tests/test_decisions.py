@@ -210,13 +210,13 @@ def test_a_backend_whose_first_rounds_reach_the_gate_but_do_not_decide_is_measur
     assert executor.remeasures == 2 and report.verdicts[backend.key()]["interval"]["rounds"] == 60
 
 
-def _tuned_in_a_host_that_moves(first_built, second_built, slowness: float):
+def _tuned_in_a_host_that_moves(first_built, second_built, slowness: float, executor=None):
     """MaxThroughput over the two (eager 2 ms), the host `slowness` times slower until the second is built;
     (report, executor, each candidate's first timing over the mix)."""
     module = recorded(ait.MaxThroughputStrategy([first_built, second_built], measure_config=SIM_MEASURE), ms=2.0,
                       noise=0.02)
     SIM_CLOCK.slowness = slowness
-    executor = CountingExecutor(remeasure_rounds=20)
+    executor = executor or CountingExecutor(remeasure_rounds=20)
     report = module.tune(device="cpu", executor=executor)
     return report, executor, {r.key: sum(r.timings[bs]["median_ms"] for bs in (8, 32)) for r in report.results}
 
@@ -245,10 +245,7 @@ class SecondRemeasureFails(CountingExecutor):
 
 def test_a_re_timing_that_fails_leaves_the_leader_on_the_rounds_that_chose_it():
     fast, steady = sim("fast", ms=1.0, noise=0.02), sim("steady", ms=1.3, noise=0.02, slowness_from_build=1.0)
-    module = recorded(ait.MaxThroughputStrategy([fast, steady], measure_config=SIM_MEASURE), ms=2.0, noise=0.02)
-    SIM_CLOCK.slowness = 1.6
-    executor = SecondRemeasureFails(remeasure_rounds=20)
-    report = module.tune(device="cpu", executor=executor)
+    report, executor, _ = _tuned_in_a_host_that_moves(fast, steady, 1.6, SecondRemeasureFails(remeasure_rounds=20))
     assert executor.remeasures == 2 and report.chosen == steady.key(), report.decision
     verdict = report.verdicts[steady.key()]
     assert verdict["interval"]["paired"] and verdict["interval"]["rounds"] == 20 and 1.45 < verdict["mix_speedup"] < 1.65
