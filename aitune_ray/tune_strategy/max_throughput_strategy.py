@@ -14,17 +14,6 @@ from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 logger = logging.getLogger(__name__)
 
 
-def host_drift(baseline: dict[int, Timing], report) -> float:
-    """How far eager's time over the recorded mix moved between its first timing and the latest re-measure,
-    as a factor of at least 1 (1.0 without a re-measure)."""
-    mix = report.call_mix
-    if not report.remeasured_baseline or not baseline:
-        return 1.0
-    first = mix_time(baseline.__getitem__, mix)
-    again = mix_time(lambda bs: Timing.from_dict(report.remeasured_baseline[bs]), mix)
-    return max(first / again, again / first) if first > 0 and again > 0 else 1.0
-
-
 class MaxThroughputStrategy(TuneStrategy):
     """remeasure_margin: finalists within this fraction of the best (by their first timings) are re-timed
     side by side with eager on one device, in paired rounds, and the decision rule judges them there.
@@ -101,7 +90,7 @@ class MaxThroughputStrategy(TuneStrategy):
             # the rest, unless their first timings already put them clearly behind eager
             pending = [r for r in pending if r not in group
                        and mix_time(r.timing, mix) * (1 - self.noise_tolerance) <= eager_mix]
-        drift = host_drift(baseline, report)
+        drift = report.eager_drift()
         late = self._retime_left_out(context, executor, report, baseline, ok, passed, drift) if passed else None
         if late is not None:
             passed, group = late
@@ -130,11 +119,11 @@ class MaxThroughputStrategy(TuneStrategy):
 
     def _retime_left_out(self, context, executor, report, baseline, ok: list[BuildResult],
                          passed: list[BuildResult], drift: float) -> tuple[list[BuildResult], list[BuildResult]] | None:
-        """When eager moved by more than the margin (drift, from host_drift), re-time beside the leader the
-        candidates that the margin widened by that factor brings in and that no re-measure has timed yet. Returns (passed, group) of that
-        re-measure; None when there was none to re-time (without dispatch only: with it every candidate was
-        re-timed). Where none passes in it, or it did not run (the leader is not paired in it), the leader stands
-        on the rounds that chose it, and None."""
+        """When eager moved by more than the margin (drift: ModuleReport.eager_drift), re-time beside the
+        leader the candidates that the margin widened by that factor brings in and that no re-measure has timed
+        yet. Returns (passed, group) of that re-measure; None when there was none to re-time (without dispatch
+        only: with it every candidate was re-timed). Where none passes in it, or it did not run (the leader is
+        not paired in it), the leader stands on the rounds that chose it, and None."""
         if self.dispatch_by_batch_size or drift <= 1 + self.remeasure_margin:   # the margin covers that much
             return None
         mix = report.call_mix

@@ -123,9 +123,21 @@ class ModuleReport:
     def eager_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
         or more: bs -> (first, re-measured)."""
-        readings = {bs: ((self.baseline.get(bs) or {}).get("median_ms", 0.0),
-                         (self.remeasured_baseline.get(bs) or {}).get("median_ms", 0.0)) for bs in self.call_mix}
-        return _moved(readings, EAGER_MOVED)
+        return _moved(self._eager_readings(), EAGER_MOVED)
+
+    def eager_drift(self) -> float:
+        """How far eager's time over the recorded mix moved between its first timing and the latest re-measure,
+        as a factor of at least 1 (1.0 without a re-measure)."""
+        readings = self._eager_readings()
+        if not all(a > 0 and b > 0 for a, b in readings.values()):
+            return 1.0
+        first, again = (sum(count * readings[bs][i] for bs, count in self.call_mix.items()) for i in (0, 1))
+        return max(first / again, again / first)
+
+    def _eager_readings(self) -> dict[int, tuple[float, float]]:
+        """Eager's ms/call at each recorded batch size: (first timing, latest re-measure), 0.0 where missing."""
+        return {bs: ((self.baseline.get(bs) or {}).get("median_ms", 0.0),
+                     (self.remeasured_baseline.get(bs) or {}).get("median_ms", 0.0)) for bs in self.call_mix}
 
     def eager_moved_text(self) -> str:
         """The report's sentence on eager_moved(), or ""."""
