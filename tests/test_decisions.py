@@ -30,6 +30,7 @@ def sim_clock(monkeypatch):
     SIM_CLOCK.slowness = 1.0
     with timing.use_clock(SIM_CLOCK):
         yield SIM_CLOCK
+    SIM_CLOCK.slowness = 1.0     # a test that ended in a slow host state leaves none to the next
 
 
 # ----- the interval ----------------------------------------------------------------------------

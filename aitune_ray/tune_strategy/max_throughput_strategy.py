@@ -97,7 +97,7 @@ class MaxThroughputStrategy(TuneStrategy):
         for r in ok:
             if r.key not in report.verdicts:   # never re-measured: judged on their first timings
                 self._record_gate(report, r, baseline)
-        winner = max(passed, key=lambda r: report.speedups[r.key]) if passed else None
+        winner = self._fastest(report, passed)
         dispatch = self._dispatch(report, group, winner) if self.dispatch_by_batch_size else None
         if dispatch is not None:
             report.results.append(dispatch)
@@ -135,7 +135,7 @@ class MaxThroughputStrategy(TuneStrategy):
         left_out = [r for r in ok if r.key not in report.verdicts and first(r) <= widened]
         if not left_out:
             return None
-        leader = max(passed, key=lambda r: report.speedups[r.key])
+        leader = self._fastest(report, passed)
         stood = (dict(leader.remeasured), report.speedups[leader.key], report.notes[leader.key],
                  report.verdicts[leader.key], dict(report.remeasured_baseline))
         logger.info("[%s] eager moved %.2fx since its first timing: re-timing %s beside %s", context.name,
@@ -148,6 +148,11 @@ class MaxThroughputStrategy(TuneStrategy):
         (leader.remeasured, report.speedups[leader.key], report.notes[leader.key], report.verdicts[leader.key],
          report.remeasured_baseline) = stood
         return None
+
+    @staticmethod
+    def _fastest(report, passed: list[BuildResult]) -> BuildResult | None:
+        """The choice among candidates that passed: the highest median speedup over the recorded mix."""
+        return max(passed, key=lambda r: report.speedups[r.key]) if passed else None
 
     @staticmethod
     def _name_of(report, key: str | None) -> str:
