@@ -417,7 +417,7 @@ def test_kernel_forge_benchmark_runs_on_cpu(tmp_path, capsys):
     row = next(line for line in table.splitlines() if line.startswith("| 1,2,32,16,causal |"))
     assert row.count("unavailable") == 4   # cuDNN, efficient, SageAttention and FlashAttention-4 need CUDA
     assert "SageAttention: unsupported" in table and row.endswith("| no |")
-    rows = json.loads(out.with_suffix(".json").read_text())
+    rows = json.loads(out.with_suffix(".json").read_text())["result"]
     assert rows[0]["providers"]["flash"]["status"] == "ok" and rows[0]["speedup"] > 0
 
 
