@@ -340,7 +340,7 @@ class _RecordingProfiler(ModuleFunctionKernelProfiler):
 
 
 def test_a_ray_driver_profiles_without_cuptis_teardown_and_one_process_with_it():
-    """Kineto's CUPTI teardown makes a process that is also Ray's driver hang at exit (exit_check.py): the Ray
+    """Kineto's CUPTI teardown makes a process that is also Ray's driver hang at exit (docs/measurement.md): the Ray
     runner's profile keeps CUPTI attached; the in-process runner's detaches it."""
     _RecordingProfiler.seen = []
     x = block_samples((2,))
