@@ -114,3 +114,16 @@ def test_a_file_that_is_not_a_record_is_refused(tmp_path):
         results_table.load_records(tmp_path)
     with pytest.raises(SystemExit, match="unknown benchmark"):
         results_table.record("nothing", tmp_path / "old.json", "m", "c", folder=tmp_path)
+
+
+def test_gpu_run_and_the_benchmarks_page_name_only_files_that_exist():
+    import re
+
+    bench = REPO / "benchmarks"
+    for page in (bench / "gpu_run.sh", bench / "README.md"):
+        named = set(re.findall(r"\b((?:benchmarks|tests|examples|docs)/[\w/.-]+\.(?:py|md|sh|yaml))", page.read_text()))
+        assert named, page
+        assert sorted(p for p in named if not (REPO / p).exists()) == [], page
+    scripts = {p.name for p in bench.glob("*.py")} - {"publish.py", "results_table.py"}
+    readme = (bench / "README.md").read_text()
+    assert sorted(s for s in scripts if f"`{s}" not in readme) == []   # every script answers a question listed there
