@@ -127,3 +127,17 @@ def test_gpu_run_and_the_benchmarks_page_name_only_files_that_exist():
     scripts = {p.name for p in bench.glob("*.py")} - {"publish.py", "results_table.py"}
     readme = (bench / "README.md").read_text()
     assert sorted(s for s in scripts if f"`{s}" not in readme) == []   # every script answers a question listed there
+
+
+def test_the_wrapper_cost_is_a_record_of_each_layers_microseconds(tmp_path):
+    out = tmp_path / "w.md"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "backends.py"), "--wrapper-cost", "--calls", "200",
+                    "--out", str(out)], check=True, cwd=REPO, timeout=300, capture_output=True)
+    record = json.loads(out.with_suffix(".json").read_text())
+    us = record["result"]["us_per_call"]
+    assert record["benchmark"] == "wrapper" and set(us) == {
+        "backend.infer()", "dispatch.infer() over two backends", "Module(...) with one backend",
+        "Module(...) with the dispatch", "Module(...) with one backend, gradients on"}
+    assert all(v > 0 for v in us.values())
+    [row] = results_table.wrapper_rows(record["result"])
+    assert row["Module(...) with the dispatch, us"] == f"{us['Module(...) with the dispatch']:.2f}"
