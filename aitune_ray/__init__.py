@@ -17,7 +17,7 @@ from aitune_ray.tune_strategy import (
 from aitune_ray.checkpoint import load, save
 from aitune_ray.tuning import tune
 
-__version__ = "0.1.0"
+from aitune_ray.version import __version__
 
 __all__ = [
     "AITuneRayError", "FirstWinsStrategy", "InlineExecutor", "MaxThroughputStrategy", "Module", "ModuleState",

@@ -5,7 +5,7 @@ Python keeps the bytecode of an imported module in a cache file beside it (or un
 (packages installed without them, and PYTHONDONTWRITEBYTECODE set so no import writes them, as some
 container images do) compiles every module from source in every new process. Each tuner actor is such a
 process: on two H200 machines of that kind, importing torch took 2.3 to 3.4 s, and torch with Inductor 8.0 to
-10.7 s, against 1.3 to 1.5 s and 3.2 to 3.8 s once the caches were written (benchmarks/README.md). Inline tuning pays it once, in
+10.7 s, against 1.3 to 1.5 s and 3.2 to 3.8 s once the caches were written (docs/measurement.md). Inline tuning pays it once, in
 the driver; a Ray job pays it again in every actor before its first build.
 """
 

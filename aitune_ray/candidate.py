@@ -14,11 +14,11 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.device import gpu_identity
-from aitune_ray.failures import is_oom
+from aitune_ray.failures import outcome
 from aitune_ray.measure.correctness import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, profile_samples
 from aitune_ray.measure.turns import NO_TURNS
-from aitune_ray.results import ERROR, OK, OOM, REJECTED, BuildResult, CandidateJob
+from aitune_ray.results import ERROR, OK, REJECTED, BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,8 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         result.build_s = result.build_s or time.perf_counter() - started
-        result.status = OOM if is_oom(exc) else ERROR
-        result.error_type = type(exc).__name__
-        result.error = f"{stage_name} failed: {type(exc).__name__}: {exc}"
+        failure = outcome(stage_name, exc=exc)
+        result.status, result.error_type, result.error = failure.status, failure.error_type, failure.error
         logger.warning("%s: %s", job.key, result.error)
         logger.debug("%s", traceback.format_exc())
         result.exception = exc

@@ -1,4 +1,5 @@
-"""One rule for what a failure was: the status a raised exception (or a lost worker) gives a task.
+"""One rule for what a failure was: the status a raised exception (or a lost worker) gives a task
+(classify), and the one translation from how a task ended to a result's status and message (outcome).
 
 Ray's exceptions are recognized by their class names and module, so this file imports no Ray: a worker
 that dies, is killed or runs out of memory raises one of those on the driver, and an exception raised
@@ -11,7 +12,7 @@ import dataclasses
 import pickle
 from pathlib import Path
 
-from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM
+from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT
 
 #: Ray exceptions that mean the worker process is gone (its actor must be replaced).
 WORKER_LOST = frozenset({"RayActorError", "ActorDiedError", "WorkerCrashedError", "OutOfMemoryError",
@@ -69,6 +70,32 @@ def classify(exc: BaseException) -> Failure:
     cause = cause if isinstance(cause, BaseException) else exc
     status = OOM if is_oom(cause) else ERROR
     return Failure(status, False, cause, f"{type(cause).__name__}: {short(cause, 2000)}")
+
+
+def outcome(what: str, *, exc: BaseException | None = None, failure: Failure | None = None,
+            timed_out: bool = False, limit_s: float | None = None, replaced: bool = False,
+            log_path: str = "") -> Failure | None:
+    """The one translation from how a task ended to a result's status, error type and one-line error.
+
+    what: the task in words ("build", "the forge benchmark of flash on sdpa"); exc: an exception the task's
+    own code raised in this process; failure: classify()'s reading of an exception that came back from a
+    worker; timed_out: the task gave no result within limit_s seconds (replaced: its worker was killed and
+    replaced for it); log_path: the worker's log, whose fatal line a lost worker's message quotes. None when
+    the task ended without a failure."""
+    if timed_out:
+        limit = f" within {limit_s:g} s" if limit_s is not None else " within its time limit"
+        error = f"{what} gave no result{limit}" + ("; its worker was killed and replaced" if replaced else "")
+        return Failure(TIMED_OUT, replaced, TimeoutError(error), error)
+    if exc is not None:
+        failure = classify(exc)
+    if failure is None:
+        return None
+    if failure.worker_lost:
+        hint = log_hint(log_path) if log_path else ""
+        lost = "ran out of memory" if failure.status == OOM else "died"
+        return Failure(failure.status, True, failure.cause, f"the worker process {lost} during {what}"
+                       f"{': ' + hint if hint else ''} ({short(failure.cause)})")
+    return Failure(failure.status, False, failure.cause, f"{what} failed: {failure.error}")
 
 
 def log_hint(path: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any, Iterator
 import torch
 
 import aitune_ray.artifacts as artifacts
+import aitune_ray.version as version
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
 from aitune_ray.measure.timing import Timing
@@ -67,9 +68,7 @@ def _folder_name(name: str) -> str:
 
 def package_identity() -> dict:
     """What a run folder's results depend on besides the job: aitune-ray's and torch's versions."""
-    from aitune_ray import __version__
-
-    return {"aitune_ray": __version__, "torch": torch.__version__}
+    return {"aitune_ray": version.__version__, "torch": torch.__version__}
 
 
 def module_fingerprint(module: torch.nn.Module) -> dict:
@@ -326,11 +325,31 @@ class _JournalHandle(RunHandle):
 
 
 class JournalingExecutor(Executor):
-    """Wraps an executor: journals into a RunFolder and, on a resumed run, runs only what is missing."""
+    """Wraps an executor: journals into a RunFolder and, on a resumed run, runs only what is missing.
+
+    Every member of the Executor interface is passed on to the inner executor explicitly, optional ones
+    included (release, emit, progress, deploys_what_it_measured): a wrapper that fell back on the base
+    class's defaults would silently change what the inner executor does (a release never sent keeps every
+    build alive until the decision). tests/test_run_dir_seam.py checks that each one is defined here."""
 
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
+
+    @property
+    def progress(self):
+        return self.inner.progress
+
+    @progress.setter
+    def progress(self, sink) -> None:
+        self.inner.progress = sink
+
+    @property
+    def deploys_what_it_measured(self) -> bool:
+        return self.inner.deploys_what_it_measured
+
+    def emit(self, context: TuneContext, event: str, **kwargs) -> dict:
+        return self.inner.emit(context, event, **kwargs)
 
     def open(self) -> None:
         self.inner.open()
@@ -390,6 +409,9 @@ class JournalingExecutor(Executor):
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
         return self.inner.remeasure(context, results, baseline)
+
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        self.inner.release(context, result)
 
     def materialize(self, context: TuneContext, result: BuildResult):
         return self.inner.materialize(context, result)

@@ -1,8 +1,15 @@
-"""Every backend on one model, MaxThroughput, side by side in one run; prints the report table.
+"""Which backend wins on my model: every backend on one model, MaxThroughput, side by side in one run; prints
+the report table. With --wrapper-cost: what the deployed module's own layers cost per call.
 
     python benchmarks/backends.py --model encoder --device cuda --out report.md
     python benchmarks/backends.py --model mlp --device cpu --backends jit,onnx
     python benchmarks/backends.py --model bert --backends jit,aot,onnx,ao-int8dq,kernels
+    python benchmarks/backends.py --wrapper-cost [--calls 200000] --out OUT/wrapper.md
+
+--wrapper-cost times, over a backend that does nothing, the wrapped Module, a backend's infer() and a
+batch-size dispatch in front of it: the best of 5 timeit repeats, microseconds per call, gradients off as in a
+serving loop (and the wrapped Module once with them on). A host-bound call of about 1 ms on a GPU (a CUDA-graph
+replay of a ViT-B at batch 8) pays these microseconds in full: they are the floor under any speedup there.
 
 Models: mlp, encoder (ViT-B-sized), bert (examples/bert: base on a GPU, tiny on a CPU) and pipeline
 (examples/pipeline: two modules, each tuned with the same backends).
@@ -19,7 +26,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 import time
+import timeit
 from pathlib import Path
 
 import torch
@@ -39,8 +48,10 @@ from aitune_ray.backend import (  # noqa: E402
     TorchInductorJitBackend,
     TorchInductorJitBackendConfig,
 )
+from aitune_ray.backend.backend import Backend  # noqa: E402
+from aitune_ray.backend.batch_dispatch import BatchDispatchBackend  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.samples import map_structure  # noqa: E402
+from aitune_ray.samples import SampleStore, map_structure  # noqa: E402
 from publish import publish  # noqa: E402
 
 MODELS = ["mlp", "encoder", "bert", "pipeline"]
@@ -137,6 +148,43 @@ def wrap_model(name: str, model, strategy_factory):
     return wrapped, [wrapped]
 
 
+class Passthrough(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class NothingBackend(Backend):
+    """A backend whose call returns its input: what is left is the layers around it."""
+
+    def _build(self, module, samples, device, workdir) -> None:
+        pass
+
+    def _infer(self, *args, **kwargs):
+        return args[0]
+
+
+def wrapper_cost(calls: int) -> dict[str, float]:
+    """Microseconds per call of each layer of a deployed module, over a backend that does nothing."""
+    def best_us(fn) -> float:
+        return min(timeit.repeat(fn, number=calls, repeat=5)) / calls * 1e6
+
+    cpu = torch.device("cpu")
+    small, large = NothingBackend(), NothingBackend()
+    for backend in (small, large):
+        backend.build(Passthrough(), SampleStore(), cpu, Path(tempfile.mkdtemp()))
+    dispatch = BatchDispatchBackend.assemble(Passthrough(), {"s": small, "l": large}, {8: "s", 32: "l"}, cpu)
+    single, routed = ait.Module(Passthrough()), ait.Module(Passthrough())
+    single.use_backend(small)
+    routed.use_backend(dispatch)
+    x = torch.ones(8, 3)
+    layers = {"backend.infer()": lambda: small.infer(x), "dispatch.infer() over two backends": lambda: dispatch.infer(x),
+              "Module(...) with one backend": lambda: single(x), "Module(...) with the dispatch": lambda: routed(x)}
+    with torch.no_grad():
+        out = {name: best_us(fn) for name, fn in layers.items()}
+    out["Module(...) with one backend, gradients on"] = best_us(layers["Module(...) with one backend"])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp", choices=MODELS)
@@ -145,7 +193,14 @@ def main() -> int:
     parser.add_argument("--backends", default="jit,onnx,ao-int8wo", help=f"comma list of {sorted(BACKENDS)}")
     parser.add_argument("--executor", default="inline", choices=["inline", "ray"])
     parser.add_argument("--out", default=None, help="write the markdown report (and a .json beside it)")
+    parser.add_argument("--wrapper-cost", action="store_true", help="time the deployed module's own layers instead")
+    parser.add_argument("--calls", type=int, default=200_000, help="calls per timeit repeat (--wrapper-cost)")
     args = parser.parse_args()
+    if args.wrapper_cost:
+        us = wrapper_cost(args.calls)
+        text = "\n".join(["| layer | us per call |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in us.items()])
+        publish(text, args.out, {"us_per_call": us}, benchmark="wrapper")
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     device = torch.device(args.device)
@@ -159,7 +214,7 @@ def main() -> int:
     report = ait.tune(root, data, device=device, executor=executor)
     wall = time.perf_counter() - started
     text = report.markdown() + f"\nTuning wall time: {wall:.1f} s ({args.executor}, {device}, {dtype})\n"
-    publish(text, args.out, report.to_dict())
+    publish(text, args.out, report.to_dict(), benchmark="backends")
     return 0
 
 

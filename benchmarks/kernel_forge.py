@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_shape(text, device, dtype, executor, args.delegate))
     header = (f"### Kernel selection on SDPA: {where}, {str(dtype).replace('torch.', '')}, torch {torch.__version__}, "
               f"{args.executor} executor, {args.delegate} delegate")
-    publish(table(rows, header), args.out, rows)
+    publish(table(rows, header), args.out, rows, benchmark="kernel_forge")
     return 0
 
 

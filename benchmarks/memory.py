@@ -1,7 +1,7 @@
 """Peak memory of one MaxThroughput job as the number of candidates grows; prints a table.
 
-    python benchmarks/memory.py --device cpu --candidates 2,8 --buffer-mb 400 --out results/memory_cpu.md
-    python benchmarks/memory.py --device cuda --candidates 2,8 --buffer-mb 2048 --out results/memory_h200.md
+    python benchmarks/memory.py --device cpu --candidates 2,8 --buffer-mb 400 --out OUT/memory.md
+    python benchmarks/memory.py --device cuda --candidates 2,8 --buffer-mb 2048 --out OUT/memory.md
 
 Each candidate is a real backend (HoardingBackend) that keeps a buffer of --buffer-mb once built, as a
 quantized copy of the weights, an ONNX Runtime session or a loaded AOT package would, and serves a
@@ -163,7 +163,7 @@ def main() -> int:
                          if base["peak_device_mb"] else
                          f"| {run} | {r['candidates']} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} "
                          f"| - | - | {r['wall_s']:.1f} | {r['chosen']} |")
-    publish("\n".join(lines), args.out, rows)
+    publish("\n".join(lines), args.out, rows, benchmark="memory")
     return 0
 
 

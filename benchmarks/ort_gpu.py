@@ -36,12 +36,14 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
 
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.measure.correctness import compare_outputs  # noqa: E402
 from aitune_ray.samples import Sample, SampleStore, batch_size_of  # noqa: E402
 from examples.bert.model import make_data as bert_data  # noqa: E402
 from examples.bert.model import make_model as bert_model  # noqa: E402
+from publish import record_of  # noqa: E402
 
 VARIANTS = ["eager", "inductor", "inductor-ro", "ort", "ort-graphs", "ort-opt", "ort-opt-graphs"]
 logger = logging.getLogger("ort_gpu")
@@ -304,7 +306,7 @@ def main() -> int:
         text = table(results)
         (out / "ort_gpu.md").write_text(f"{results['gpu'] or device}, torch {results['torch']}, onnxruntime "
                                         f"{results['onnxruntime']}\n\n`{results['command']}`\n\n{text}")
-        (out / "ort_gpu.json").write_text(json.dumps(results, indent=1))
+        (out / "ort_gpu.json").write_text(json.dumps(record_of(results, "ort_gpu"), indent=1, default=str))
         print(table({"models": {name: results["models"][name]}}), flush=True)
         del variants, model
         torch.compiler.reset()

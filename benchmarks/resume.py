@@ -1,7 +1,7 @@
 """Resume a killed job: a cold run against a run killed (SIGKILL) half-way and then resumed; prints a table.
 
-    python benchmarks/resume.py --out results/resume-cpu.md
-    python benchmarks/resume.py --executor ray --device cuda --out results/resume-gpu.md
+    python benchmarks/resume.py --out OUT/resume.md
+    python benchmarks/resume.py --executor ray --device cuda --out OUT/resume.md
 
 Three runs of one job file (the MLP example with --backends candidates, MaxThroughput), each a process of
 its own running `aitune-ray tune`:
@@ -34,6 +34,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
+
+from publish import publish  # noqa: E402
+
 BACKENDS = {
     "jit": {"type": "TorchInductorJitBackend"},
     "jit-max": {"type": "TorchInductorJitBackend", "config": {"mode": "max-autotune-no-cudagraphs"}},
@@ -172,11 +176,11 @@ def main() -> int:
     if control is not None:
         lines.append(f"decision, a second cold run (control): {control or 'none'}"
                      f" ({'agrees' if control == cold else 'differs'} with the first)")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    data = {"candidates": len(names), "backends": args.backends, "executor": args.executor, "device": args.device,
+            "cold_s": cold_ref, "killed_s": killed_s, "resumed_s": resumed_s, "control_s": control_s,
+            "killed_at": done_at_kill, "same_decision": same, "decisions": {"cold": cold, "resumed": resumed,
+                                                                            "control": control}}
+    publish("\n".join(lines), args.out, data, benchmark="resume")
     return 0 if same and cold_rc == 0 and resumed_rc == 0 else 1
 
 

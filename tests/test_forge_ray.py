@@ -340,7 +340,7 @@ class _RecordingProfiler(ModuleFunctionKernelProfiler):
 
 
 def test_a_ray_driver_profiles_without_cuptis_teardown_and_one_process_with_it():
-    """Kineto's CUPTI teardown makes a process that is also Ray's driver hang at exit (exit_check.py): the Ray
+    """Kineto's CUPTI teardown makes a process that is also Ray's driver hang at exit (docs/measurement.md): the Ray
     runner's profile keeps CUPTI attached; the in-process runner's detaches it."""
     _RecordingProfiler.seen = []
     x = block_samples((2,))
@@ -417,7 +417,7 @@ def test_kernel_forge_benchmark_runs_on_cpu(tmp_path, capsys):
     row = next(line for line in table.splitlines() if line.startswith("| 1,2,32,16,causal |"))
     assert row.count("unavailable") == 4   # cuDNN, efficient, SageAttention and FlashAttention-4 need CUDA
     assert "SageAttention: unsupported" in table and row.endswith("| no |")
-    rows = json.loads(out.with_suffix(".json").read_text())
+    rows = json.loads(out.with_suffix(".json").read_text())["result"]
     assert rows[0]["providers"]["flash"]["status"] == "ok" and rows[0]["speedup"] > 0
 
 

@@ -95,6 +95,104 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# ----- the layers ------------------------------------------------------------------------------------------
+#: From the bottom up. A file may import files of its own layer or of a layer below, never above. A name is a
+#: module or package below aitune_ray (or "actors"); a file belongs to the longest name that contains it.
+LAYERS = (
+    ("base", ("version", "errors", "imports", "validate", "registry", "device", "samples", "recording", "frames",
+              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts")),
+    # one procedure for everything that is chosen, below the strategies and the kernel forge (DESIGN.md)
+    ("decision", ("decision",)),
+    ("components", ("backend", "kernel_forge")),
+    # the worker core and the seam that strategies talk to
+    ("worker core and executor seam", ("candidate", "worker", "executor")),
+    ("strategies and their reports", ("tune_strategy", "report")),
+    # the executors behind the seam (inline, journaling, Ray) and the node checks they run
+    ("executors", ("inline", "run_dir", "cluster", "doctor", "actors")),
+    # tune(), the Module, and the checkpoint that saves and loads a Module
+    ("API", ("tuning", "module", "checkpoint", "inspect")),
+    ("job and command", ("job", "progress", "cli", "__main__", "testing", "")),   # "": the package aitune_ray
+)
+
+
+def _layer_of(name: str) -> int | None:
+    """The layer index of a file's dotted name, by the longest layer entry that contains it."""
+    parts = name.split(".")
+    local = ".".join(parts[1:]) if parts[0] == "aitune_ray" else name
+    best, found = -1, None
+    for index, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            if entry == "" and parts[0] == "aitune_ray" and best < 0:
+                found = index
+            elif entry and (local == entry or local.startswith(entry + ".")) and len(entry) > best:
+                best, found = len(entry), index
+    return found
+
+
+def _targets(name: str, path: Path, files: dict[str, Path]) -> set[str]:
+    """The files that a file imports (module level and inside functions): `from package import name` points
+    at the module name where it is one, else at the package; the root package counts as a file of its own,
+    so a module reading `from aitune_ray import __version__` points at the top."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def owner(target: str) -> str | None:
+        while target and target not in files:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(o for alias in node.names if (o := owner(alias.name)))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                o = f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else owner(base)
+                if o:
+                    found.add(o)
+    return found - {name}
+
+
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import that runs up the layers, as "importer (layer) -> imported (layer)"."""
+    out = []
+    for name, targets in sorted(edges.items()):
+        mine = _layer_of(name)
+        for target in sorted(targets):
+            theirs = _layer_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                out.append(f"{name} ({LAYERS[mine][0]}) -> {target} ({LAYERS[theirs][0]})")
+    return out
+
+
+def test_every_file_has_a_layer():
+    assert [name for name in _files() if _layer_of(name) is None] == []
+
+
+def test_no_import_runs_up_the_layers():
+    files = _files()
+    edges = {name: _targets(name, path, files) for name, path in files.items()}
+    assert _upward(edges) == []
+
+
+def test_the_layer_check_finds_an_arrow_up_and_reads_the_root_package_as_the_top(tmp_path):
+    leaf = tmp_path / "format.py"
+    leaf.write_text("def f():\n    from aitune_ray import __version__\n    from aitune_ray import backend\n")
+    files = {"aitune_ray": Path("__init__.py"), "aitune_ray.backend": Path("b"), "aitune_ray.checkpoint.format": leaf}
+    targets = _targets("aitune_ray.checkpoint.format", leaf, files)
+    assert targets == {"aitune_ray", "aitune_ray.backend"}
+    assert _upward({"aitune_ray.checkpoint.format": targets}) == [
+        "aitune_ray.checkpoint.format (API) -> aitune_ray (job and command)"]
+    assert _upward({"aitune_ray.measure.timing": {"aitune_ray.tune_strategy.report"},
+                    "aitune_ray.tune_strategy.report": {"aitune_ray.measure.timing"}}) == [
+        "aitune_ray.measure.timing (base) -> aitune_ray.tune_strategy.report (strategies and their reports)"]
+    assert _layer_of("aitune_ray.kernel_forge.kernel_provider.torch_sdpa") == _layer_of("aitune_ray.backend")
+    assert _layer_of("actors.tuner") == _layer_of("aitune_ray.cluster.pool")
+
+
 def test_only_the_cluster_package_and_the_actors_import_ray():
     files = _files()
     importers = sorted(name for name, path in files.items()

@@ -92,7 +92,7 @@ def test_a_run_folder_of_another_model_or_version_is_refused(tmp_path, monkeypat
         other.module.linear.weight.add_(1.0)
     with pytest.raises(RunFolderError, match="other weights"):
         ait.tune(other, resume_job.make_data(), executor=ait.InlineExecutor(), run_dir=tmp_path / "run")
-    monkeypatch.setattr(ait, "__version__", "9.9.9")
+    monkeypatch.setattr("aitune_ray.version.__version__", "9.9.9")
     with pytest.raises(RunFolderError, match="9.9.9"):
         RunFolder.open(tmp_path / "run")
     with pytest.raises(RunFolderError, match="not a run folder"):

@@ -216,7 +216,7 @@ class Backend(ABC):
         if self.state not in (BackendState.ACTIVE, BackendState.DEPLOYED):
             raise BuildError(f"{self.name} is {self.state.value}; it must be built and active for inference")
         if not torch.is_grad_enabled():   # a serving loop's no_grad or inference_mode: entering it again costs
-            return self._infer(*args, **kwargs)   # more than this whole check (benchmarks/wrapper_overhead.py)
+            return self._infer(*args, **kwargs)   # more than this whole check (docs/measurement.md)
         with torch.no_grad():
             return self._infer(*args, **kwargs)
 

@@ -127,7 +127,7 @@ class ONNXRuntimeBackend(Backend):
 
         Measured on an H200 (ViT-B/16 sized, fp16, batch 32): the default opset's export leaves attention as
         MatMul, Softmax and MatMul on Turing-era GEMM kernels, 7.46 GPU ms per call; opset 23 runs it as one
-        flash-attention kernel, 4.27 (benchmarks/README.md, ONNX Runtime on the GPU)."""
+        flash-attention kernel, 4.27 (docs/measurement.md, ONNX Runtime on the GPU)."""
         if self.config.opset_version is not None:
             return self.config.opset_version
         if not self.config.use_dynamo or self._provider(device) == ONNXExecutionProvider.CPU:

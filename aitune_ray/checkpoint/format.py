@@ -25,6 +25,7 @@ from typing import IO, Any, ClassVar, Optional, Union
 from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointSignatureError,
                                CheckpointVersionError, ConfigError)
 from aitune_ray.validate import from_data
+from aitune_ray.version import __version__
 
 FORMAT_NAME = "aitune-ray-checkpoint"
 FORMAT_VERSION = 1
@@ -169,10 +170,7 @@ def package_versions(backend_types: list[str]) -> dict[str, str]:
     """Versions of python, torch, aitune_ray, safetensors and the optional libraries the backends use."""
     import torch
 
-    import aitune_ray
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "aitune_ray": getattr(aitune_ray, "__version__", None) or distribution_version("aitune-ray"),
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "aitune_ray": __version__,
                 "safetensors": distribution_version("safetensors")}
     for backend_type in backend_types:
         for library in backend_libraries(backend_type):

@@ -20,14 +20,14 @@ import torch
 import torch.nn.functional as F
 
 from aitune_ray.device import gpu_identity
-from aitune_ray.failures import is_oom
+from aitune_ray.failures import outcome
 from aitune_ray.kernel_forge.function_samples import (
     FunctionData, FunctionSample, as_function_data, benchmark_mix, device_of, fresh_copy)
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import (
     KernelGenerationResult, KernelGenerator, kernel_generator_from_dict)
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
 from aitune_ray.kernel_forge.records import (
-    ERROR, OK, OOM, ORIGINAL, REJECTED, TIMED_OUT, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
+    ERROR, OK, ORIGINAL, REJECTED, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
 from aitune_ray.measure.correctness import CorrectnessReport, compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, Timing, measure
 from aitune_ray.samples import tensors_of
@@ -139,8 +139,8 @@ def benchmark_provider(function: str, provider: dict | KernelProvider, samples: 
         record.status, record.live = OK, live
         return record
     except Exception as exc:  # noqa: BLE001 - a provider may raise anything; it is this candidate's result
-        record.status = OOM if is_oom(exc) else ERROR
-        record.error = f"{stage} failed: {type(exc).__name__}: {exc}"
+        failure = outcome(stage, exc=exc)
+        record.status, record.error = failure.status, failure.error
         logger.debug("%s", traceback.format_exc())
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -170,21 +170,21 @@ def benchmark_original(function: str, samples: FunctionData | list, *,
 
 def outcome_from_result(function: str, generator: str, result: Any, seconds: float) -> GenerationOutcome:
     """Check what a generator's future returned and turn it into a record."""
-    outcome = GenerationOutcome(function=function, generator=generator, status=ERROR, seconds=seconds)
+    record = GenerationOutcome(function=function, generator=generator, status=ERROR, seconds=seconds)
     if not isinstance(result, KernelGenerationResult):
-        outcome.error = f"the future returned {type(result).__name__}, not a KernelGenerationResult"
-        return outcome
-    outcome.description = result.description
+        record.error = f"the future returned {type(result).__name__}, not a KernelGenerationResult"
+        return record
+    record.description = result.description
     if result.function != function:
-        outcome.error = f"generated for {result.function}, not {function}"
+        record.error = f"generated for {result.function}, not {function}"
     elif result.provider is None:
-        outcome.error = result.error or "no provider"
+        record.error = result.error or "no provider"
     else:
         try:
-            outcome.provider, outcome.live, outcome.status = result.provider.to_dict(), result.provider, OK
+            record.provider, record.live, record.status = result.provider.to_dict(), result.provider, OK
         except Exception as exc:  # noqa: BLE001
-            outcome.error = f"the generated provider cannot be serialized: {type(exc).__name__}: {exc}"
-    return outcome
+            record.error = f"the generated provider cannot be serialized: {type(exc).__name__}: {exc}"
+    return record
 
 
 def run_generator(function: str, generator: dict | KernelGenerator, samples: FunctionData | list,
@@ -201,15 +201,18 @@ def run_generator(function: str, generator: dict | KernelGenerator, samples: Fun
                                      seconds=time.perf_counter() - started)
         future = live.submit(function, unique)
     except Exception as exc:  # noqa: BLE001
-        return GenerationOutcome(function, name, ERROR, error=f"submission failed: {type(exc).__name__}: {exc}",
+        failure = outcome("submission", exc=exc)
+        return GenerationOutcome(function, name, failure.status, error=failure.error,
                                  seconds=time.perf_counter() - started)
     try:
         result = future.result(timeout=timeout)
     except FutureTimeout:
         future.cancel()
-        return GenerationOutcome(function, name, TIMED_OUT, error=f"no result within {timeout} s",
+        failure = outcome("generation", timed_out=True, limit_s=timeout)
+        return GenerationOutcome(function, name, failure.status, error=failure.error,
                                  seconds=time.perf_counter() - started)
     except Exception as exc:  # noqa: BLE001
-        return GenerationOutcome(function, name, ERROR, error=f"generation failed: {type(exc).__name__}: {exc}",
+        failure = outcome("generation", exc=exc)
+        return GenerationOutcome(function, name, failure.status, error=failure.error,
                                  seconds=time.perf_counter() - started)
     return outcome_from_result(function, name, result, time.perf_counter() - started)

@@ -12,7 +12,7 @@ attached to the process after the trace, and every later kernel launch costs mor
 144455). Timing done after profiling, in the same process, would then hold that cost against whatever
 was measured second. A process that runs Ray's driver is the exception (profile(teardown_cupti=False),
 which the Ray runner asks for): there Kineto's teardown makes the process hang at exit, after its work
-(benchmarks/exit_check.py). So the Ray runner makes a CUDA trace in a child process
+(docs/measurement.md, on CUPTI). So the Ray runner makes a CUDA trace in a child process
 (aitune_ray.cluster.profile_process), and in the driver only when that child fails; such a trace is noted
 (aitune_ray.measure.conditions), and the post-deploy checks timed later in that process say so.
 """

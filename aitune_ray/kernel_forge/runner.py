@@ -15,9 +15,10 @@ import time
 from concurrent.futures import Future
 from typing import Iterable
 
+from aitune_ray.failures import outcome
 from aitune_ray.kernel_forge.evaluate import benchmark_provider, outcome_from_result
 from aitune_ray.kernel_forge.function_samples import device_of
-from aitune_ray.kernel_forge.records import ERROR, OK, TIMED_OUT, UNSUPPORTED, ProviderBenchmark
+from aitune_ray.kernel_forge.records import OK, UNSUPPORTED, ProviderBenchmark
 from aitune_ray.kernel_forge.tasks import ForgeTasks
 
 
@@ -120,7 +121,8 @@ class LocalRunner(ForgeRunner):
                     future = generator.submit(fn, search.unique)
                     tasks.append(_Generation(fn, generator.name, future, submitted, submitted + opt.generation_timeout))
                 except Exception as exc:  # noqa: BLE001 - one generator cannot stop the search
-                    opt.generation_failed(search, generator.name, ERROR, f"submission failed: {type(exc).__name__}: {exc}")
+                    failure = outcome("submission", exc=exc)
+                    opt.generation_failed(search, generator.name, failure.status, failure.error)
         return tasks
 
     def collect_generated(self, opt, searches, tasks):
@@ -131,8 +133,9 @@ class LocalRunner(ForgeRunner):
                 if not future.done() and now >= task.deadline:
                     future.cancel()
                     del pending[future]
-                    opt.generation_failed(searches[task.function], task.generator, TIMED_OUT,
-                                          f"no result {opt.generation_timeout:g} s after submission", now - task.submitted)
+                    failure = outcome("generation", timed_out=True, limit_s=opt.generation_timeout)
+                    opt.generation_failed(searches[task.function], task.generator, failure.status, failure.error,
+                                          now - task.submitted)
             if not pending:
                 break
             wait_s = max(0.0, min(task.deadline for task in pending.values()) - now)
@@ -144,11 +147,11 @@ class LocalRunner(ForgeRunner):
                 try:
                     result = future.result()
                 except Exception as exc:  # noqa: BLE001 - one generation cannot stop the search
-                    opt.generation_failed(search, task.generator, ERROR,
-                                          f"generation failed: {type(exc).__name__}: {exc}", seconds)
+                    failure = outcome("generation", exc=exc)
+                    opt.generation_failed(search, task.generator, failure.status, failure.error, seconds)
                     continue
-                outcome = outcome_from_result(task.function, task.generator, result, seconds)
-                opt.take_generated(search, outcome, outcome.live if outcome.status == OK else None)
+                generated = outcome_from_result(task.function, task.generator, result, seconds)
+                opt.take_generated(search, generated, generated.live if generated.status == OK else None)
 
     def originals(self, opt, search, where):
         record = ProviderBenchmark.from_dict(self.tasks.original(self._box(search), device_of(search.unique),

@@ -3,7 +3,7 @@
 A CUDA profile that leaves CUPTI attached (Kineto's default; the kernel profiler detaches it, except in a
 Ray driver, where the detach hangs the process at exit: there the profile is made in a child process, and
 only when that fails in the driver itself) makes every later kernel launch in this process
-cost more: 25-63% per call of a host-bound encoder at batch 8 on an H200 (benchmarks/host_modes.py). A
+cost more: 25-63% per call of a host-bound encoder at batch 8 on an H200 (docs/measurement.md). A
 timing taken afterwards in this process favours whatever launches fewer kernels.
 """
 

@@ -11,7 +11,7 @@ Burst length. On a GPU a burst lasts at least burst_ms (50 ms) and holds at leas
 the first call of a burst starts on an empty queue and the last one's kernels drain after the host is
 done, a ramp of tens of microseconds to a few milliseconds that 50 ms spreads below noise, and the
 two synchronizes and clock reads (~10 us) fall below 0.1%. A long call (20 ms or more) needs only
-min_burst calls. Measured on an H200 (benchmarks/harness_agreement.py --sweep, a CUDA-graph ViT-B at
+min_burst calls. Measured on an H200 (docs/measurement.md, a CUDA-graph ViT-B at
 batch 8 and 32): 10 ms bursts read it about 3% slower than 50 ms ones (the ramp); 50 and 200 ms agree
 within 1%; a user's loop of 400 back-to-back calls reads the GPU-bound batch 32 about 2% slower than
 either, with the SM clock 1.5-2% lower under that sustained load. On the CPU calls are synchronous, so a
