@@ -27,6 +27,9 @@ def test_damaged_and_hostile_checkpoints_never_crash_hang_import_or_load_silentl
     assert counts["bit flip: refused"] + counts["bit flip: identical"] == 200
     assert counts["crash"] == counts["hang"] == counts["import"] == counts["silent"] == 0
     assert counts["hostile archive: refused"] == len(fuzz.hostile_archive_names())
+    assert counts["AOTInductor package: refused"] == len(fuzz.package_shapes(tmp_path)) == 6
+    assert counts["config naming code: refused"] == len(fuzz.config_shapes(tmp_path)) == 14
+    assert counts["weights of another dtype: refused"] == 5
 
 
 def test_the_command_answers_a_bad_job_with_one_line_and_exit_code_2(tmp_path, capsys):
