@@ -6,7 +6,9 @@ paths, YAML errors), each made invalid on purpose. Each must be refused by load_
 ConfigError naming the mutated key (for YAML errors: the line), never another exception, never accepted.
 
 Checkpoints: a two-module checkpoint (ONNX Runtime and a JIT backend) cut at 20 offsets, with 200 single
-bit flips, and every hostile case of tests/hostile.py. Each load is refused with a one-line CheckpointError
+bit flips, every hostile case of tests/hostile.py, AOTInductor packages without a binary (package_shapes),
+configs of known backends that name a program, a library, a file or a folder (config_shapes), and weights
+of other dtypes. Each load is refused with a one-line CheckpointError
 or gives exactly the saved model back (a flip in zip bookkeeping that holds no data: a timestamp, a
 version field). Counted: crashes (any other exception), hangs (over HANG_S), imports (the bait module or
 any new entry in sys.modules) and silent loads (a load that gives anything else).
@@ -338,13 +340,12 @@ def checkpoint_cases(path: Path, bait) -> Iterator[tuple[str, str, bytes | None,
 
 def package_shapes(marker: Path) -> dict[str, Any]:
     """AOTInductor packages (.pt2) that hold no binary: an exported program's members, changed as an attacker
-    would. Each is code to the loader, whatever its layout."""
+    would ({members} -> members, or the package's bytes). Each is code to the loader, whatever its layout."""
     from tests import hostile
 
     shapes = {"exported program, no binary": lambda m: m,
-              "encrypted member": lambda m: hostile.zip_members(hostile.flag_encrypted(hostile.zip_bytes(m))),
-              "zip64 record naming 2 disks": lambda m: hostile.zip_members(
-                  hostile.naming_two_disks(hostile.zip_bytes(m)))}
+              "encrypted member": lambda m: hostile.flag_encrypted(hostile.zip_bytes(m)),
+              "zip64 record naming 2 disks": lambda m: hostile.naming_two_disks(hostile.zip_bytes(m))}
     for name, attack in hostile.PACKAGE_ATTACKS.items():
         shapes[name] = (lambda a: lambda m: a(m, marker))(attack)
     return shapes
