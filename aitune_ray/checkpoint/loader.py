@@ -145,8 +145,9 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
     wrapped once everything has loaded, and for a plain top-level model the wrapper is returned.
     The backend and kernel provider classes the checkpoint names must be registered (built-in, or defined
     or imported by the caller's code) or be among allowed; nothing the file names is imported. With a
-    signing_key, only a checkpoint signed with that key loads. An artifact of compiled native code (an
-    AOTInductor package) loads only from a signed checkpoint or with allow_native_code=True."""
+    signing_key, only a checkpoint signed with that key loads. Artifacts that are code (artifact_check) and
+    config fields that name a program, a library, a file or a folder (config_check) load only from a signed
+    checkpoint or with allow_native_code=True."""
     path = Path(path).expanduser()
     with untrusted(allowed):
         return _load(obj, path, device_map, signing_key, allow_native_code)
