@@ -113,7 +113,12 @@ def edit_manifest(path: Path, edit, target: Path | None = None) -> Path:
 
 
 def files_under(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+    """Every file and folder under folder, relative to it. Folders that vanish while this walks (an earlier
+    test's load folder, removed when its backend is collected) are passed over, not an error."""
+    found = set()
+    for root, folders, files in os.walk(folder):
+        found.update(str(Path(root, name).relative_to(folder)) for name in folders + files)
+    return found
 
 
 class Sandbox:
