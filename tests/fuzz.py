@@ -6,7 +6,9 @@ paths, YAML errors), each made invalid on purpose. Each must be refused by load_
 ConfigError naming the mutated key (for YAML errors: the line), never another exception, never accepted.
 
 Checkpoints: a two-module checkpoint (ONNX Runtime and a JIT backend) cut at 20 offsets, with 200 single
-bit flips, and every hostile case of tests/hostile.py. Each load is refused with a one-line CheckpointError
+bit flips, every hostile case of tests/hostile.py, AOTInductor packages without a binary (package_shapes),
+configs of known backends that name a program, a library, a file or a folder (config_shapes), and weights
+of other dtypes. Each load is refused with a one-line CheckpointError
 or gives exactly the saved model back (a flip in zip bookkeeping that holds no data: a timestamp, a
 version field). Counted: crashes (any other exception), hangs (over HANG_S), imports (the bait module or
 any new entry in sys.modules) and silent loads (a load that gives anything else).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import random
 import signal
@@ -326,6 +329,83 @@ def checkpoint_cases(path: Path, bait) -> Iterator[tuple[str, str, bytes | None,
         p, Path(sys.executable).resolve().read_bytes()[:4096])
     yield "hostile class", "ONNX external data outside", None, lambda p, b: hostile.replace_onnx(
         p, lambda model: hostile.point_data_outside(model, "../../../etc/hostname"))
+    for name, change in package_shapes(path.parent / "code-ran").items():
+        yield "AOTInductor package", name, None, (lambda c: lambda p, b: as_package(p, c))(change)
+    for name, spec in config_shapes(path.parent).items():
+        yield "config naming code", name, None, (lambda s: lambda p, b: hostile.backend_spec(p, s, module=1))(spec)
+    for dtype in (torch.float64, torch.complex64, torch.bool, torch.float8_e4m3fn, torch.int8):
+        yield "weights of another dtype", str(dtype), None, (lambda d: lambda p, b: hostile.with_weights_of_dtype(
+            p, d))(dtype)
+
+
+def package_shapes(marker: Path) -> dict[str, Any]:
+    """AOTInductor packages (.pt2) that hold no binary: an exported program's members, changed as an attacker
+    would ({members} -> members, or the package's bytes). Each is code to the loader, whatever its layout."""
+    from tests import hostile
+
+    shapes = {"exported program, no binary": lambda m: m,
+              "encrypted member": lambda m: hostile.flag_encrypted(hostile.zip_bytes(m)),
+              "zip64 record naming 2 disks": lambda m: hostile.naming_two_disks(hostile.zip_bytes(m))}
+    for name, attack in hostile.PACKAGE_ATTACKS.items():
+        shapes[name] = (lambda a: lambda m: a(m, marker))(attack)
+    return shapes
+
+
+def as_package(path: Path, change) -> None:
+    """Module 'a' turned into a TorchInductorAotBackend whose model.pt2 is change(an exported program's
+    members), every hash fixed."""
+    from aitune_ray.backend import TorchInductorAotBackend
+    from aitune_ray.imports import class_path
+    from tests import hostile
+
+    members = change(hostile._exported_program_members("model"))
+    data = members if isinstance(members, bytes) else hostile.zip_bytes(members)
+    hostile.write_parts(path, [(i.filename, d) for i, d in hostile.parts_of(path)
+                               if not i.filename.startswith("modules/0/artifacts/")]
+                        + [("modules/0/artifacts/model.pt2", data)])
+
+    def point(m):
+        m["modules"][0].update(backend={"type": class_path(TorchInductorAotBackend), "config": {}}, is_jit=False,
+                               state={}, artifacts={"model.pt2": {
+                                   "member": "modules/0/artifacts/model.pt2", "size": len(data),
+                                   "sha256": hashlib.sha256(data).hexdigest()}})
+    hostile.edit_manifest(path, point)
+
+
+def config_shapes(folder: Path) -> dict[str, dict]:
+    """Backend specs of known classes whose configs name a program, a library, a file or a folder."""
+    from aitune_ray import backend as b
+    from aitune_ray.imports import class_path
+
+    def spec(cls, **config):
+        return {"type": class_path(cls), "config": config}
+
+    out = str(folder / "written")
+    ort = {"execution_provider": "TensorrtExecutionProvider"}
+    return {
+        "inductor cpp.cxx": spec(b.TorchInductorJitBackend, options={"cpp.cxx": [str(folder / "cxx.sh")]}),
+        "inductor trace dir": spec(b.TorchInductorJitBackend, options={"trace.enabled": True, "trace.debug_dir": out}),
+        "inductor debug_dir": spec(b.TorchInductorJitBackend, options={"debug_dir": out}),
+        "inductor unknown option": spec(b.TorchInductorJitBackend, options={"zz_unknown": 1}),
+        "torchao config object": spec(b.TorchAOBackend, quantization_config={"_type": "Int8WeightOnlyConfig"}),
+        "ort trt plugin library": spec(b.ONNXRuntimeBackend, **ort, provider_options={
+            "tensorrt": {"trt_extra_plugin_lib_paths": str(folder / "libplugin.so")}}),
+        "ort trt subgraph dump": spec(b.ONNXRuntimeBackend, **ort, provider_options={
+            "tensorrt": {"trt_dump_subgraphs": True}}),
+        "ort trt calibration table": spec(b.ONNXRuntimeBackend, **ort, provider_options={
+            "tensorrt": {"trt_int8_calibration_table_name": "../../table"}}),
+        "ort trt engine cache prefix": spec(b.ONNXRuntimeBackend, **ort, provider_options={
+            "tensorrt": {"trt_engine_cache_prefix": "../../engine"}}),
+        "torch-tensorrt engine_cache_dir": spec(b.TorchTensorRTJitBackend, compile_config={
+            "options": {"engine_cache_dir": out}}),
+        "torch-tensorrt timing_cache_path": spec(b.TorchTensorRTJitBackend, compile_config={
+            "timing_cache_path": out}),
+        "tensorrt timing_cache": spec(b.TensorRTBackend, timing_cache=out),
+        "kernel selector delegate": {**spec(b.KernelSelectorBackend), "delegate": spec(
+            b.TorchInductorJitBackend, options={"cpp.cxx": [str(folder / "cxx.sh")]})},
+        "batch dispatch member": spec(b.BatchDispatchBackend, routes={"1": "x"}, members={"x": spec(
+            b.TorchInductorJitBackend, options={"trace.enabled": True, "trace.debug_dir": out})}),
+    }
 
 
 def fuzz_checkpoints(folder: Path) -> tuple[Counter, list[str]]:

@@ -4,7 +4,9 @@ refused load changed nothing, wrote nothing and imported nothing."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import stat
 import struct
 import sys
@@ -111,7 +113,12 @@ def edit_manifest(path: Path, edit, target: Path | None = None) -> Path:
 
 
 def files_under(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+    """Every file and folder under folder, relative to it. Folders that vanish while this walks (an earlier
+    test's load folder, removed when its backend is collected) are passed over, not an error."""
+    found = set()
+    for root, folders, files in os.walk(folder):
+        found.update(str(Path(root, name).relative_to(folder)) for name in folders + files)
+    return found
 
 
 class Sandbox:
@@ -120,14 +127,19 @@ class Sandbox:
     def __init__(self, folder: Path):
         self.folder = folder / "tmp"
         self.folder.mkdir()
-        self._old = tempfile.tempdir
+        self._old = tempfile.tempdir, os.environ.get("TMPDIR")
         tempfile.tempdir = str(self.folder)
+        os.environ["TMPDIR"] = str(self.folder)   # native loaders (AOTInductor's) make their folders there
 
     def leftovers(self) -> set[str]:
         return files_under(self.folder)
 
     def close(self) -> None:
-        tempfile.tempdir = self._old
+        tempfile.tempdir, old = self._old
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
 
 
 def same_state(module: nn.Module, before: dict) -> bool:
@@ -265,6 +277,10 @@ ARCHIVE_CASES = {
     "part_size_disagrees": (_edit(lambda m: m["modules"][0]["weights"].update(size=1)), "declares"),
     "backend_spec_without_type": (_edit(lambda m: m["modules"][0]["backend"].pop("type")), "backend spec"),
     "module_paths_duplicate": (_edit(lambda m: m["modules"].append(m["modules"][0])), "twice"),
+    "member_encrypted": (lambda p, b: p.write_bytes(flag_encrypted(p.read_bytes(), "modules/0/weights.safetensors")),
+                         "encrypted"),
+    "zip64_naming_two_disks": (lambda p, b: p.write_bytes(naming_two_disks(p.read_bytes())), "names 2 disks"),
+    "entries_beyond_a_checkpoint": (lambda p, b: with_many_entries(p, 10_001), "zip entries"),
 }
 
 
@@ -317,14 +333,29 @@ def replace_onnx(path: Path, change) -> None:
     replace_artifact(path, model.SerializeToString())
 
 
-def replace_artifact(path: Path, data: bytes) -> None:
-    """Module 0's model.onnx replaced by data, its hash and size fixed in the manifest."""
-    member = "modules/0/artifacts/model.onnx"
+def replace_artifact(path: Path, data: bytes, name: str = "model.onnx") -> None:
+    """Module 0's artifact name replaced by data, its hash and size fixed in the manifest."""
+    replace_part(path, f"modules/0/artifacts/{name}", data)
+
+
+def replace_part(path: Path, member: str, data: bytes) -> None:
+    """The archive's member replaced by data, and the manifest's record of that part fixed, as an attacker can."""
     write_parts(path, [(i.filename, data if i.filename == member else d) for i, d in parts_of(path)])
 
-    def fix(m):
-        m["modules"][0]["artifacts"]["model.onnx"].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    def fix(node):
+        if isinstance(node, dict):
+            if node.get("member") == member:
+                node.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+            for child in node.values():
+                fix(child)
+        elif isinstance(node, list):
+            for child in node:
+                fix(child)
     edit_manifest(path, fix)
+
+
+def part(path: Path, member: str) -> bytes:
+    return dict((i.filename, d) for i, d in parts_of(path))[member]
 
 
 def add_custom_op(model, library: str) -> None:
@@ -348,3 +379,137 @@ def point_data_outside(model, location: str) -> None:
     tensor.data_location = TensorProto.EXTERNAL
     entry = tensor.external_data.add()
     entry.key, entry.value = "location", location
+
+
+# ----- code that a checkpoint must not run: AOTInductor packages, configs, weights --------------------------
+
+class _OpensMarker:
+    """Unpickling this creates the marker file (pickle calls open(marker, "w")): proof that something unpickled."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def pickled_marker(marker: Path) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(_OpensMarker(marker), buffer)
+    return buffer.getvalue()
+
+
+def zip_members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def edit_package(path: Path, change, name: str = "model.pt2") -> None:
+    """Module 0's AOTInductor package rewritten member by member (change: {member: bytes} -> the same), its
+    hash and size fixed in the manifest."""
+    replace_artifact(path, zip_bytes(change(zip_members(part(path, f"modules/0/artifacts/{name}")))), name)
+
+
+def without_binaries(members: dict[str, bytes]) -> dict[str, bytes]:
+    """A package without shared objects or any ELF member, so that no byte sniffing finds machine code."""
+    return {n: d for n, d in members.items() if not n.endswith(".so") and not d.startswith(b"\x7fELF")}
+
+
+def _prefix(members: dict[str, bytes]) -> str:
+    return next(iter(members)).split("/")[0]
+
+
+def _exported_program_members(prefix: str) -> dict[str, bytes]:
+    """The members torch.export.save writes for a small model: models/, weights, sample inputs."""
+    program = torch.export.export(mlp(), (torch.randn(2, 8),))
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    return {f"{prefix}/{n.split('/', 1)[1]}": d for n, d in zip_members(buffer.getvalue()).items()}
+
+
+def package_pickled_weight(members: dict[str, bytes], marker: Path) -> dict[str, bytes]:
+    """An exported program beside the kernels, with a weight marked use_pickle: the loader unpickles it."""
+    prefix = _prefix(members)
+    added = _exported_program_members(prefix)
+    config_name = f"{prefix}/data/weights/model_weights_config.json"
+    config = json.loads(added[config_name])
+    first = next(iter(config["config"]))
+    config["config"][first].update(use_pickle=True, path_name="evil")
+    added[config_name] = json.dumps(config).encode()
+    added[f"{prefix}/data/weights/evil"] = pickled_marker(marker)
+    return {**without_binaries(members), **{n: d for n, d in added.items() if n not in members}}
+
+
+def package_pickled_sample_inputs(members: dict[str, bytes], marker: Path) -> dict[str, bytes]:
+    """An exported program whose sample inputs are a pickle: the loader retries it with weights_only=False."""
+    prefix = _prefix(members)
+    added = _exported_program_members(prefix)
+    added[f"{prefix}/data/sample_inputs/model.pt"] = pickled_marker(marker)
+    return {**without_binaries(members), **{n: d for n, d in added.items() if n not in members}}
+
+
+def package_compile_command(members: dict[str, bytes], marker: Path) -> dict[str, bytes]:
+    """C++ source without its library, and compile flags whose "compiler" is a command: the loader runs it."""
+    flags = {"compiler": f"touch {marker} #", "definitions": [], "include_dirs": [], "cflags": [], "ldflags": [],
+             "libraries_dirs": [], "libraries": [], "passthrough_args": [], "aot_mode": True,
+             "use_relative_path": False, "compile_only": True}
+    out = without_binaries(members)
+    for name in [n for n in out if n.endswith(".cpp")]:
+        out[name[:-4] + "_compile_flags.json"] = json.dumps(flags).encode()
+        out[name[:-4] + "_linker_flags.json"] = json.dumps(flags).encode()
+    return out
+
+
+PACKAGE_ATTACKS = {"pickled weight": package_pickled_weight, "pickled sample inputs": package_pickled_sample_inputs,
+                   "compile command": package_compile_command}
+
+
+def flag_encrypted(data: bytes, member: str | None = None) -> bytes:
+    """The zip data with member (default: the first) flagged encrypted in its local and central headers."""
+    out = bytearray(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = archive.getinfo(member) if member else archive.infolist()[0]
+    out[info.header_offset + 6] |= 1
+    name = info.filename.encode()
+    central = out.find(b"PK\x01\x02")
+    while out[central + 46:central + 46 + len(name)] != name:
+        central = out.find(b"PK\x01\x02", central + 4)
+    out[central + 8] |= 1
+    return bytes(out)
+
+
+def naming_two_disks(data: bytes) -> bytes:
+    """The zip data with a zip64 end locator, just before the end record, that names 2 disks."""
+    end = data.rfind(b"PK\x05\x06")
+    return data[:end] + b"PK\x06\x07" + struct.pack("<IQI", 0, 0, 2) + data[end:]
+
+
+def backend_spec(path: Path, spec: dict, module: int = 0) -> None:
+    """Module's backend spec replaced by spec (a known class, an attacker's config), as a JIT recipe."""
+    def change(m):
+        m["modules"][module].update(backend=spec, is_jit=True)
+    edit_manifest(path, change)
+
+
+def with_weights_of_dtype(path: Path, dtype: torch.dtype) -> None:
+    """Module 0's weights with its first tensor stored in another dtype, hashes fixed."""
+    from safetensors.torch import load, save
+
+    member = "modules/0/weights.safetensors"
+    tensors = load(part(path, member))
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first].to(dtype)
+    replace_part(path, member, save(tensors))
+
+
+def with_many_entries(path: Path, count: int) -> None:
+    """The archive with count empty members added."""
+    write_parts(path, [(i.filename, d) for i, d in parts_of(path)] + [(f"pad/{n}", b"") for n in range(count)])

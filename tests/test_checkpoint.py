@@ -398,3 +398,50 @@ def test_checkpoint_holds_no_pickle_and_loads_without_unpickling(onnx_ckpt, monk
     fresh = ait.Module(mlp(seed=9), "m")
     load_checkpoint(fresh, path)
     assert torch.equal(fresh(X), expected)
+
+
+KILLED_SAVE = """
+import sys, threading
+import aitune_ray as ait
+from aitune_ray.backend import TorchEagerBackend
+from aitune_ray.checkpoint import format as fmt
+from tests.hostile import mlp, tuned
+
+def stop_here(*args, **kwargs):   # the weights are written, the manifest not yet: the parent kills us now
+    print("writing", flush=True)
+    threading.Event().wait()
+
+wrapped = tuned(mlp(), TorchEagerBackend(), "m")
+fmt.dump_manifest = stop_here
+ait.save(wrapped, sys.argv[1])
+"""
+
+
+def test_a_save_removes_what_a_killed_save_of_the_same_file_left(tmp_path):
+    """A save killed mid-write leaves .m.ait.HEX.tmp; the next save of m.ait removes it, and only it: not a
+    save in progress (it holds its file locked), not other files' temporaries, not look-alikes."""
+    import fcntl
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.ait"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_SAVE, str(path)], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    try:
+        assert child.stdout.readline() == "writing\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".m.ait.") and left[0].endswith(".tmp"), left
+    in_progress = tmp_path / ".m.ait.0123456789ab.tmp"
+    keep = [in_progress, tmp_path / ".other.ait.0123456789ab.tmp", tmp_path / ".m.ait.notahexname.tmp",
+            tmp_path / "m.ait.0123456789ab.tmp"]
+    for file in keep:
+        file.write_bytes(b"x")
+    with open(in_progress, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        ait.save(tuned(mlp(), TorchEagerBackend()), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.ait", *(p.name for p in keep)])
+    assert ait.load(ait.Module(mlp(), "m"), path).backend is not None

@@ -3,6 +3,7 @@ malformed part is refused with a one-line CheckpointError before anything in the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import aitune_ray as ait
 from aitune_ray.backend import Backend, TorchEagerBackend
@@ -219,23 +221,196 @@ def test_signing_is_opt_in_and_a_key_refuses_edited_unsigned_or_foreign_files(sa
     refused(signed, bait, sandbox, CheckpointSignatureError, match="changed", signing_key=b"our key")
 
 
-# ----- compiled native code -------------------------------------------------------------------------------------
+# ----- code that runs as it loads: artifacts by their backend and format -------------------------------------
 
-@pytest.mark.parametrize("form", ["shared object", "package holding one"])
-def test_an_artifact_of_native_code_loads_only_when_trusted(setup, form):
-    """An AOTInductor package holds a shared library that runs as it loads: refused unless allowed or signed."""
-    import io
-    import zipfile
-
+def test_an_artifact_no_backend_stores_counts_as_code(setup):
+    """An artifact of a format the backend never writes (here a shared object beside the ONNX model) is code,
+    whatever its bytes: refused unless trusted; trusted, nothing opens it and the model loads."""
     path, bait, sandbox = setup
     elf = Path(sys.executable).resolve().read_bytes()[:4096]
-    if form == "package holding one":
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w") as package:
-            package.writestr("model/data/aotinductor/model/kernels.so", elf)
-        elf = buffer.getvalue()
-    hostile.replace_artifact(path, elf)
-    assert "allow_native_code=True" in refused(path, bait, sandbox, match="compiled native code")
-    # trusted: the native-code check lets it through, and ONNX Runtime's own load is what refuses this one
-    message = refused(path, bait, sandbox, match="model.onnx", allow_native_code=True)
-    assert "native code" not in message
+    hostile.write_parts(path, [(i.filename, d) for i, d in hostile.parts_of(path)]
+                        + [("modules/0/artifacts/kernels.so", elf)])
+    record = {"member": "modules/0/artifacts/kernels.so", "sha256": hashlib.sha256(elf).hexdigest(), "size": len(elf)}
+    edit_manifest(path, lambda m: m["modules"][0]["artifacts"].update({"kernels.so": record}))
+    message = refused(path, bait, sandbox, match="'kernels.so' is code that runs as it loads")
+    assert "allow_native_code=True" in message
+    assert ait.load(ait.Module(mlp(seed=4), "m"), path, allow_native_code=True).backend is not None
+
+
+def test_an_onnx_model_with_an_epcontext_node_is_code(setup):
+    """An EPContext node carries an engine (or its path) that an execution provider loads: code."""
+    from onnx import helper
+
+    path, bait, sandbox = setup
+
+    def add_context(model):
+        output = model.graph.output[0].name
+        model.graph.node.append(helper.make_node("EPContext", [output], [output + "_ctx"], domain="com.microsoft",
+                                                 embed_mode=0, ep_cache_context="/tmp/engine.plan"))
+        model.graph.output[0].name = output + "_ctx"
+    hostile.replace_onnx(path, add_context)
+    assert "EPContext" in refused(path, bait, sandbox, match="'model.onnx' is code that runs as it loads")
+
+
+def test_onnx_sparse_initializer_with_external_data_is_refused(setup):
+    from onnx import TensorProto, helper
+
+    path, bait, sandbox = setup
+
+    def add_sparse(model):
+        values = helper.make_tensor("sparse_values", TensorProto.FLOAT, [1], [1.0])
+        values.ClearField("float_data")
+        values.data_location = TensorProto.EXTERNAL
+        entry = values.external_data.add()
+        entry.key, entry.value = "location", "../../../etc/hostname"
+        indices = helper.make_tensor("sparse_indices", TensorProto.INT64, [1], [0])
+        model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
+    hostile.replace_onnx(path, add_sparse)
+    assert "sparse_values" in refused(path, bait, sandbox, match="sparse tensor")
+
+
+@pytest.fixture(scope="module")
+def aot_saved(tmp_path_factory):
+    """A real AOTInductor package, in a checkpoint this project wrote (compiled once: about a minute)."""
+    from aitune_ray.backend import TorchInductorAotBackend
+
+    wrapped = tuned(mlp(), TorchInductorAotBackend(), "m")
+    folder = tmp_path_factory.mktemp("aot")
+    return ait.save(wrapped, folder / "aot.ait"), ait.save(wrapped, folder / "signed.ait", signing_key=b"k"), wrapped(X)
+
+
+@pytest.fixture
+def aot_setup(aot_saved, tmp_path):
+    path = tmp_path / "m.ait"
+    shutil.copy(aot_saved[0], path)
+    bait, sandbox = Bait(tmp_path), Sandbox(tmp_path)
+    yield path, bait, sandbox
+    sandbox.close()
+    bait.remove()
+
+
+@pytest.mark.parametrize("attack", sorted(hostile.PACKAGE_ATTACKS))
+def test_an_aotinductor_package_is_code_however_it_is_laid_out(aot_setup, attack):
+    """No binary in it, and still code: the loader unpickles a use_pickle weight or the sample inputs, or runs
+    a compile flags' "compiler" through the shell. Refused untrusted; trusted, the payload really runs."""
+    path, bait, sandbox = aot_setup
+    marker = path.parent / "code-ran"
+    hostile.edit_package(path, lambda members: hostile.PACKAGE_ATTACKS[attack](members, marker))
+    message = refused(path, bait, sandbox, match="'model.pt2' is code that runs as it loads")
+    assert "AOTInductor package" in message and "allow_native_code=True" in message
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="could not be restored"):   # trusted: the payload is real
+        ait.load(ait.Module(mlp(seed=4), "m"), path, allow_native_code=True)
+    assert marker.exists()
+
+
+def test_the_package_this_project_wrote_loads_only_when_trusted(aot_saved, aot_setup):
+    path, bait, sandbox = aot_setup
+    _, signed, expected = aot_saved
+    refused(path, bait, sandbox, match="AOTInductor package")
+    for source, trust in ((path, {"allow_native_code": True}), (signed, {"signing_key": b"k"})):
+        loaded = ait.load(ait.Module(mlp(seed=4), "m"), source, **trust)
+        assert torch.allclose(loaded(X), expected, atol=1e-5)
+    refused(signed, bait, sandbox, match="AOTInductor package")   # signed, but loaded without the key
+
+
+@pytest.mark.parametrize("form", ["encrypted member", "zip64 record naming 2 disks"])
+def test_a_damaged_package_fails_as_a_checkpoint_error(aot_saved, aot_setup, form):
+    """Refused untrusted without being opened; trusted, what torch's loader raises is a CheckpointError."""
+    path, bait, sandbox = aot_setup
+    change = hostile.flag_encrypted if form == "encrypted member" else hostile.naming_two_disks
+    hostile.replace_artifact(path, change(hostile.part(path, "modules/0/artifacts/model.pt2")), "model.pt2")
+    refused(path, bait, sandbox, match="AOTInductor package")
+    if form == "encrypted member":   # (torch's loader leaves its aotinductor_* folder behind: trusted code)
+        with pytest.raises(CheckpointError, match="could not be restored"):
+            ait.load(ait.Module(mlp(seed=4), "m"), path, allow_native_code=True)
+    else:   # torch's zip reader reads past the disk count
+        assert torch.allclose(ait.load(ait.Module(mlp(seed=4), "m"), path, allow_native_code=True)(X),
+                              aot_saved[2], atol=1e-5)
+
+
+# ----- configs that name a program, a library or a folder ---------------------------------------------------
+
+def _inductor_jit(options: dict) -> dict:
+    from aitune_ray.backend import TorchInductorJitBackend
+    from aitune_ray.imports import class_path
+
+    return {"type": class_path(TorchInductorJitBackend), "config": {"options": options}}
+
+
+def test_a_config_choosing_the_compiler_is_refused(setup):
+    path, bait, sandbox = setup
+    marker = path.parent / "compiler-ran"
+    compiler = path.parent / "cxx.sh"
+    compiler.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    compiler.chmod(0o755)
+    hostile.backend_spec(path, _inductor_jit({"cpp.cxx": [str(compiler)]}))
+    message = refused(path, bait, sandbox, match="options\\['cpp.cxx'\\]")
+    assert "allow_native_code=True" in message and not marker.exists()
+
+
+def test_a_config_choosing_a_folder_to_write_is_refused(setup):
+    path, bait, sandbox = setup
+    folder = path.parent / "trace"
+    hostile.backend_spec(path, _inductor_jit({"trace.enabled": True, "trace.debug_dir": str(folder)}))
+    refused(path, bait, sandbox, match="options\\['trace\\.")
+    assert not folder.exists()
+
+
+def test_a_tensorrt_plugin_library_in_provider_options_is_refused(setup, tmp_path):
+    """Refused at the config check, before ONNX Runtime (no TensorRT needed)."""
+    path, bait, sandbox = setup
+    marker = tmp_path / "library-loaded"
+    library = _shared_library(tmp_path, marker) or tmp_path / "libplugin.so"
+    spec = hostile.manifest_of(path)["modules"][0]["backend"]
+    spec["config"].update(execution_provider="TensorrtExecutionProvider",
+                          provider_options={"tensorrt": {"trt_extra_plugin_lib_paths": str(library)}})
+    hostile.backend_spec(path, spec)
+    edit_manifest(path, lambda m: m["modules"][0].update(is_jit=False))
+    refused(path, bait, sandbox, match="trt_extra_plugin_lib_paths")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("config", [
+    "TorchTensorRTAotBackendConfig(compile_config=TorchTensorRTConfig(options={'engine_cache_dir': '/x'}))",
+    "TorchTensorRTJitBackendConfig(compile_config=TorchTensorRTConfig(timing_cache_path='/x/cache'))",
+    "TensorRTBackendConfig(timing_cache='/x/timing.cache')",
+    "ONNXRuntimeBackendConfig(provider_options={'tensorrt': {'trt_dump_subgraphs': True}})",
+    "TorchInductorAotBackendConfig(inductor_configs={'aot_inductor.output_path': '/x'})",
+    "TorchInductorJitBackendConfig(options={'debug_dir': '/x'})",
+])
+def test_every_config_field_naming_a_path_is_refused_unless_trusted(config):
+    from aitune_ray import backend as b
+    from aitune_ray.checkpoint.config_check import check_configs
+
+    made = eval(config, dict(vars(b)))   # noqa: S307 - the literal configs above
+    owner = next(c for c in vars(b).values() if isinstance(c, type) and getattr(c, "config_class", None) is type(made))
+    with pytest.raises(CheckpointError, match="not among the settings a checkpoint may choose"):
+        check_configs("m", owner(made), trusted=False)
+    check_configs("m", owner(made), trusted=True)
+    defaults = owner(type(made)())
+    check_configs("m", defaults, trusted=False)
+
+
+def test_every_built_in_config_declares_what_a_checkpoint_may_set():
+    """The allow-list is declared next to each config, and names only fields the config has."""
+    import dataclasses
+
+    from aitune_ray import backend as b
+
+    configs = [c for c in vars(b).values() if isinstance(c, type) and issubclass(c, b.BackendConfig)
+               and c is not b.BackendConfig]
+    assert len(configs) >= 12
+    for config in configs:
+        assert config.safe_fields is not None, config.__name__
+        assert set(config.safe_fields) <= {f.name for f in dataclasses.fields(config)}, config.__name__
+
+
+# ----- weights --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64, torch.bool, torch.float8_e4m3fn])
+def test_weights_of_another_dtype_are_refused_not_cast(setup, dtype):
+    path, bait, sandbox = setup
+    hostile.with_weights_of_dtype(path, dtype)
+    message = refused(path, bait, sandbox, match="never casts")
+    assert str(dtype).replace("torch.", "") in message

@@ -1,5 +1,6 @@
-"""Fuzzing (tests/fuzz.py, seeded): 520 mutated job files and 20 truncations, 200 bit flips and every hostile
-case of a checkpoint. `python -m tests.fuzz` prints the same counts."""
+"""Fuzzing (tests/fuzz.py, seeded): 520 mutated job files and 20 truncations, 200 bit flips, every hostile
+case, 6 AOTInductor package shapes, 14 configs naming code and 5 weight dtypes of a checkpoint.
+`python -m tests.fuzz` prints the same counts."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def test_damaged_and_hostile_checkpoints_never_crash_hang_import_or_load_silentl
     assert counts["bit flip: refused"] + counts["bit flip: identical"] == 200
     assert counts["crash"] == counts["hang"] == counts["import"] == counts["silent"] == 0
     assert counts["hostile archive: refused"] == len(fuzz.hostile_archive_names())
+    assert counts["AOTInductor package: refused"] == len(fuzz.package_shapes(tmp_path)) == 6
+    assert counts["config naming code: refused"] == len(fuzz.config_shapes(tmp_path)) == 14
+    assert counts["weights of another dtype: refused"] == 5
 
 
 def test_the_command_answers_a_bad_job_with_one_line_and_exit_code_2(tmp_path, capsys):

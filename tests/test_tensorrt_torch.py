@@ -229,10 +229,11 @@ def test_extras_admit_the_torch_tensorrt_release_of_each_supported_torch_and_its
 
 
 def test_the_aot_artifact_counts_as_code_that_runs_as_it_loads(tmp_path):
+    from aitune_ray.backend import TorchTensorRTAotBackend
     from aitune_ray.checkpoint.artifact_check import check_artifacts
 
     artifact = tmp_path / "model.ep"
     artifact.write_bytes(b"PK\x05\x06" + b"\x00" * 18)   # any bytes: torch.export.load would unpickle what is inside
-    with pytest.raises(CheckpointError, match="'model.ep' holds compiled native code"):
-        check_artifacts("m", {"model.ep": artifact}, allow_native_code=False)
-    check_artifacts("m", {"model.ep": artifact}, allow_native_code=True)
+    with pytest.raises(CheckpointError, match="'model.ep' is code that runs as it loads"):
+        check_artifacts("m", TorchTensorRTAotBackend(), {"model.ep": artifact}, trusted=False)
+    check_artifacts("m", TorchTensorRTAotBackend(), {"model.ep": artifact}, trusted=True)

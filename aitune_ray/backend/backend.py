@@ -44,9 +44,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: In a config's safe_fields: any value of this field may come from a checkpoint that is not trusted.
+SAFE = "any value"
+
+
 @dataclasses.dataclass
 class BackendConfig:
     """Configuration of a backend: a dataclass of plain values."""
+
+    #: What a checkpoint that is not trusted may set (the rule: aitune_ray/checkpoint/config_check.py):
+    #: field -> SAFE, a set of allowed option keys, a mapping of key -> rule, or a nested BackendConfig
+    #: class. A field left out must keep its default. None: a config of the user's own, read by their code.
+    safe_fields: ClassVar[dict | None] = None
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}

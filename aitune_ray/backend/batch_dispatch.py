@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig, BackendState
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, BackendState
 from aitune_ray.errors import CheckpointError, ConfigError
 from aitune_ray.samples import SampleStore, batch_size_of
 
@@ -27,6 +27,9 @@ from aitune_ray.samples import SampleStore, batch_size_of
 @dataclasses.dataclass
 class BatchDispatchConfig(BackendConfig):
     """routes: {batch size: member key or None (eager)}; members: {member key: Backend.spec()}."""
+
+    # members: specs of backends, each checked by its own config's rule (checkpoint/artifact_check.parts_of)
+    safe_fields = {"routes": SAFE, "members": SAFE}
 
     routes: dict = dataclasses.field(default_factory=dict)
     members: dict = dataclasses.field(default_factory=dict)

@@ -27,7 +27,7 @@ from typing import Any
 from torch import nn
 from torch.nn.attention import SDPBackend
 
-from aitune_ray.backend.backend import Backend, BackendConfig, Planner, class_path, import_class
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, Planner, class_path, import_class
 from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend
 from aitune_ray.errors import BuildError, CheckpointError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import (
@@ -72,6 +72,11 @@ class KernelSelectorBackendConfig(BackendConfig):
     tolerance: one relative L2 bound for every candidate (None: each provider's own by dtype).
     measure: MeasureConfig.to_dict() for timing candidates (None: the kernel default).
     """
+
+    # providers and generators: classes known to the registry only (their own fields name functions and modes)
+    safe_fields = {name: SAFE for name in ("kernel_providers", "kernel_generators", "provider_min_time_share_percent",
+                                           "generator_min_time_share_percent", "generation_timeout", "tolerance",
+                                           "measure", "final_rounds")}
 
     kernel_providers: Any = dataclasses.field(default_factory=default_kernel_providers)
     kernel_generators: Any = None

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aitune_ray.backend.backend import BackendConfig, require
+from aitune_ray.backend.backend import SAFE, BackendConfig, require
 from aitune_ray.backend.onnx_export import flat_inputs
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
 from aitune_ray.samples import SampleStore
@@ -34,6 +34,9 @@ class ONNXAutoCastConfig(BackendConfig):
     """precision: "fp16" or "bf16". keep_io_types: inputs and outputs stay fp32 (casts inside the model).
     data_max / init_max: values above these keep a node (or an initializer) in fp32.
     op_types_to_exclude / nodes_to_exclude: op types / node-name patterns that stay fp32."""
+
+    safe_fields = {name: SAFE for name in ("precision", "keep_io_types", "data_max", "init_max",
+                                           "op_types_to_exclude", "nodes_to_exclude")}
 
     precision: str = "fp16"
     keep_io_types: bool = True

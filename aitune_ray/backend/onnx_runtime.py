@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig, require
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
 from aitune_ray.backend.onnx_runtime_io import BoundSession, device_index
-from aitune_ray.backend.onnx_runtime_options import (ONNXExecutionProvider, check_graph_optimization_level,
+from aitune_ray.backend.onnx_runtime_options import (SAFE_PROVIDER_OPTIONS, ONNXExecutionProvider,
+                                                     check_graph_optimization_level,
                                                      check_transformer_optimizer, normalize_provider_options,
                                                      provider_of, session_options, session_providers)
 from aitune_ray.errors import BuildError, ConfigError
@@ -53,6 +54,10 @@ class ONNXRuntimeBackendConfig(BackendConfig):
         (fused attention, LayerNorm, GELU) on the exported model; None: off.
     transformer_heads / transformer_hidden: the model's attention heads and hidden size, for that optimizer's
         attention fusion (0: it reads them from the graph, which it cannot do for every model type)."""
+
+    safe_fields = {"provider_options": SAFE_PROVIDER_OPTIONS, **{name: SAFE for name in (
+        "use_dynamo", "execution_provider", "opset_version", "use_cuda_graphs", "graph_optimization_level",
+        "transformer_optimizer", "transformer_heads", "transformer_hidden")}}
 
     use_dynamo: bool = True
     execution_provider: ONNXExecutionProvider | None = None

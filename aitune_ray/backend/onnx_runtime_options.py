@@ -53,6 +53,13 @@ USER_KEYS = {
         "trt_profile_opt_shapes", "trt_engine_hw_compatible", "trt_op_types_to_exclude"},
 }
 
+#: Keys a checkpoint may set (ONNXRuntimeBackendConfig.safe_fields), per provider: those that name no file,
+#: folder or library. trt_extra_plugin_lib_paths loads libraries, trt_int8_calibration_table_name and
+#: trt_engine_cache_prefix name files, trt_dump_subgraphs writes files: trusted checkpoints only.
+SAFE_PROVIDER_OPTIONS = {provider.value: frozenset(keys - {
+    "trt_extra_plugin_lib_paths", "trt_int8_calibration_table_name", "trt_engine_cache_prefix",
+    "trt_dump_subgraphs"}) for provider, keys in USER_KEYS.items()}
+
 #: What the backend turns on for the TensorRT EP unless the config says otherwise (caches under the artifacts).
 TENSORRT_DEFAULTS = {"trt_engine_cache_enable": True, "trt_timing_cache_enable": True}
 TENSORRT_CACHE = "trt_cache"

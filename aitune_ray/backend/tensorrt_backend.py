@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig, require
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.onnx_autocast import ONNXAutoCastConfig, autocast_onnx
 from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
 from aitune_ray.backend.tensorrt_engine import BuildSettings, EngineRunner, build_engine, tensorrt
@@ -57,6 +57,11 @@ class TensorRTBackendConfig(BackendConfig):
     quantization_config: None, or ONNXAutoCastConfig for fp16/bf16 by ModelOpt autocast.
     enable_tf32: TF32 for fp32 matrix math.
     use_cuda_graphs / max_cuda_graphs: one CUDA graph per static profile (at most max_cuda_graphs)."""
+
+    # timing_cache is left out: a file read and written, chosen by a trusted checkpoint only
+    safe_fields = {"quantization_config": ONNXAutoCastConfig, **{name: SAFE for name in (
+        "use_dynamo", "workspace_size", "opset_version", "optimization_level", "compatibility_level", "profiles",
+        "enable_tf32", "use_cuda_graphs", "max_cuda_graphs")}}
 
     use_dynamo: bool = True
     workspace_size: int | None = None

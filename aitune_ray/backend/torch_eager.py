@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.measure.correctness import default_tolerance
 from aitune_ray.samples import SampleStore, map_structure
 
@@ -17,6 +17,8 @@ from aitune_ray.samples import SampleStore, map_structure
 @dataclasses.dataclass
 class TorchEagerBackendConfig(BackendConfig):
     """autocast_dtype: run under torch.autocast with this dtype ("float16", "bfloat16"), or None."""
+
+    safe_fields = {"autocast_dtype": SAFE}
 
     autocast_dtype: str | None = None
 

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
+from aitune_ray.backend.torch_inductor_jit import SAFE_INDUCTOR_OPTIONS
 from aitune_ray.samples import SampleStore, map_structure
 
 
@@ -17,6 +18,8 @@ from aitune_ray.samples import SampleStore, map_structure
 class TorchInductorAotBackendConfig(BackendConfig):
     """inductor_configs: torch._inductor.config values for aoti_compile_and_package.
     dynamic_batch: export the leading dimension as dynamic when several batch sizes were recorded."""
+
+    safe_fields = {"inductor_configs": SAFE_INDUCTOR_OPTIONS, "dynamic_batch": SAFE}
 
     inductor_configs: dict | None = None
     dynamic_batch: bool = True

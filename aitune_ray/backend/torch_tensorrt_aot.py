@@ -44,6 +44,8 @@ ARTIFACT = "model.ep"
 class TorchTensorRTAotBackendConfig(BackendConfig):
     """compile_config: Torch-TensorRT settings (TorchTensorRTConfig)."""
 
+    safe_fields = {"compile_config": TorchTensorRTConfig}
+
     compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
 
     def __post_init__(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from aitune_ray.backend.backend import BackendConfig, require
+from aitune_ray.backend.backend import SAFE, BackendConfig, require
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import SageAttentionKernelProvider
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
@@ -29,6 +29,19 @@ logger = logging.getLogger(__name__)
 EXTRA = "torch-tensorrt"
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
               "int8": torch.int8, "float8_e4m3fn": torch.float8_e4m3fn}
+
+
+#: CompilationSettings a checkpoint may set in options (TorchTensorRTConfig.safe_fields): switches and sizes.
+#: Left out, among others: engine_cache_dir, timing_cache_path, custom_engine_cache, cache_built_engines,
+#: reuse_cached_engines (files and folders), dryrun (may name a file), and anything this list does not know.
+SAFE_OPTIONS = frozenset({
+    "enable_autocast", "autocast_low_precision_type", "autocast_excluded_nodes", "autocast_excluded_ops",
+    "autocast_max_output_threshold", "autocast_max_depth_of_reduction", "use_python_runtime", "use_fast_partitioner",
+    "enable_experimental_decompositions", "sparse_weights", "num_avg_timing_iters", "max_aux_streams",
+    "version_compatible", "hardware_compatible", "assume_dynamic_shape_support", "immutable_weights",
+    "refit_identical_engine_weights", "strip_engine_weights", "enable_weight_streaming", "tiling_optimization_level",
+    "l2_limit_for_tiling", "offload_module_to_cpu", "pass_through_build_failures", "engine_capability",
+    "allow_shape_tensors", "use_distributed_mode_trace", "enable_resource_partitioning", "cpu_memory_budget"})
 
 
 def torch_tensorrt(what: str) -> Any:
@@ -56,6 +69,11 @@ class TorchTensorRTConfig(BackendConfig):
     optimization_level: TensorRT builder optimization level 0-5 (None: its default).
     timing_cache_path: a shared file lets builds on several actors share TensorRT timings.
     options: further CompilationSettings fields, passed as given (plain values)."""
+
+    # timing_cache_path is left out: a file read and written, chosen by a trusted checkpoint only
+    safe_fields = {"options": SAFE_OPTIONS, **{name: SAFE for name in (
+        "enabled_precisions", "use_explicit_typing", "workspace_size", "min_block_size", "torch_executed_ops",
+        "optimization_level", "truncate_double", "require_full_compilation", "disable_tf32")}}
 
     enabled_precisions: list = dataclasses.field(default_factory=lambda: ["float32"])
     use_explicit_typing: bool = True

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.frames import own_frame
@@ -41,6 +41,8 @@ def nested_compile_config(value: Any) -> TorchTensorRTConfig:
 @dataclasses.dataclass
 class TorchTensorRTJitBackendConfig(BackendConfig):
     """compile_config: Torch-TensorRT settings. fullgraph / dynamic: torch.compile's arguments."""
+
+    safe_fields = {"compile_config": TorchTensorRTConfig, "fullgraph": SAFE, "dynamic": SAFE}
 
     compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
     fullgraph: bool = False

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitune_ray.backend.backend import Backend, BackendConfig, require
+from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
 from aitune_ray.errors import BuildError, ConfigError, NotApplicableError
 from aitune_ray.frames import own_frame
@@ -30,6 +30,9 @@ class TorchAOBackendConfig(BackendConfig):
     """quantization: a preset (int8wo, int8dq, fp8wo, fp8dq); or quantization_config: a torchao config
     object, which replaces the preset (kept in torchao's JSON form, so checkpoints never pickle it). Then torch.compile with mode,
     fullgraph and dynamic, unless compile is False."""
+
+    # quantization_config is left out: a torchao config object of any shape loads only from a trusted file
+    safe_fields = {"quantization": SAFE, "compile": SAFE, "mode": SAFE, "fullgraph": SAFE, "dynamic": SAFE}
 
     quantization: str | None = "int8wo"
     quantization_config: Any = None

@@ -31,7 +31,8 @@ def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *
     The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
     Backend / KernelProvider classes passed in backends / providers. It never imports what it names.
     With a signing_key, only a checkpoint signed with that key (save(..., signing_key=...)) loads. Artifacts
-    of compiled native code (AOTInductor packages) run code as they load: they load only from a checkpoint
-    signed with signing_key, or with allow_native_code=True."""
+    whose loader may run code (AOTInductor packages, TensorRT plans, Torch-TensorRT programs, ONNX EPContext
+    engines) and config fields that name a program, a library, a file or a folder load only from a checkpoint
+    signed with signing_key, or with allow_native_code=True (docs/security.md)."""
     return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers),
                            signing_key=signing_key, allow_native_code=allow_native_code)

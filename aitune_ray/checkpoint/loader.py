@@ -1,8 +1,10 @@
 """load_checkpoint: verify a .ait file completely, then restore weights and backends into the user's modules.
 
-Order: manifest hash and version; module names; devices; backend classes (known classes only: nothing the
-file names is imported, nothing is unpickled); every part's SHA-256 while extracting; weight keys and shapes. Only then is anything in the
-user's object changed.
+Order: entry count, members, manifest hash and version; module names; devices; backend classes (known classes
+only: nothing the file names is imported, nothing is unpickled); backend configs (config_check); every part's
+SHA-256 while extracting; the artifacts (artifact_check: code loads only from a trusted file); weight keys,
+shapes and dtypes. Only then is anything in the user's object changed. Whatever reading the file raises
+reaches the caller as a CheckpointError.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from aitune_ray.backend.backend import Backend
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.artifact_check import check_artifacts
+from aitune_ray.checkpoint.config_check import check_configs
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
 from aitune_ray.device import resolve_device
@@ -142,28 +145,39 @@ def load_checkpoint(obj: Any, path: Path, device_map: dict[str, Any] | None = No
     wrapped once everything has loaded, and for a plain top-level model the wrapper is returned.
     The backend and kernel provider classes the checkpoint names must be registered (built-in, or defined
     or imported by the caller's code) or be among allowed; nothing the file names is imported. With a
-    signing_key, only a checkpoint signed with that key loads. An artifact of compiled native code (an
-    AOTInductor package) loads only from a signed checkpoint or with allow_native_code=True."""
+    signing_key, only a checkpoint signed with that key loads. Artifacts that are code (artifact_check) and
+    config fields that name a program, a library, a file or a folder (config_check) load only from a signed
+    checkpoint or with allow_native_code=True."""
+    path = Path(path).expanduser()
     with untrusted(allowed):
-        return _load(obj, Path(path).expanduser(), device_map, signing_key, allow_native_code)
+        return _load(obj, path, device_map, signing_key, allow_native_code)
 
 
 def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: bytes | str | None,
           allow_native_code: bool) -> Any:
-    with CheckpointArchive(path) as archive:
-        manifest = archive.manifest(signing_key)
-        entries = manifest["modules"]
-        obj, attach = wrap_plain_modules(obj, entries)
-        targets = match_modules(_Attached(obj, attach) if attach else obj, entries)
-        devices = resolve_devices(entries, targets, device_map)
-        backends = {e["path"]: backend_for(e) for e in entries}
-        workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
-        try:
-            tensors, artifacts = _extract_all(archive, entries, targets, workdir,
-                                              allow_native_code or signing_key is not None)
-        except BaseException:
+    trusted = allow_native_code or signing_key is not None   # a key given: the signature was verified
+    workdir = None
+    try:
+        with CheckpointArchive(path) as archive:
+            manifest = archive.manifest(signing_key)
+            entries = manifest["modules"]
+            obj, attach = wrap_plain_modules(obj, entries)
+            targets = match_modules(_Attached(obj, attach) if attach else obj, entries)
+            devices = resolve_devices(entries, targets, device_map)
+            backends = {e["path"]: backend_for(e) for e in entries}
+            for entry in entries:
+                if backends[entry["path"]] is not None:
+                    check_configs(entry["path"], backends[entry["path"]], trusted)
+            workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
+            tensors, artifacts = _extract_all(archive, entries, targets, backends, workdir, trusted)
+    except BaseException as exc:
+        if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(exc, AITuneRayError) or not isinstance(exc, Exception):
             raise
+        # the one promise: reading a checkpoint fails with a CheckpointError, whatever a library raised
+        raise CheckpointError(f"{path} cannot be read: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") \
+            from exc
     _log_versions(manifest, path)
     try:
         _apply(entries, targets, devices, backends, tensors, artifacts, workdir)
@@ -179,8 +193,9 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
     return obj
 
 
-def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module], workdir: Path,
-                 allow_native_code: bool) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
+def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[str, Module],
+                 backends: dict[str, Backend | None], workdir: Path,
+                 trusted: bool) -> tuple[dict[str, dict], dict[str, dict[str, Path]]]:
     """Extract and hash-check every part, then read and check the weights; nothing is applied yet."""
     files: dict[str, tuple[Path, dict[str, Path]]] = {}
     for index, entry in enumerate(entries):
@@ -189,7 +204,8 @@ def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[
         weights = archive.extract(entry["weights"], folder / "weights.safetensors")
         extracted = {name: archive.extract(part, folder / "artifacts" / fmt.check_artifact_name(name, entry["path"]))
                      for name, part in entry["artifacts"].items()}
-        check_artifacts(entry["path"], extracted, allow_native_code)
+        if backends[entry["path"]] is not None:
+            check_artifacts(entry["path"], backends[entry["path"]], extracted, trusted)
         files[entry["path"]] = (weights, extracted)
     tensors = {}
     for entry in entries:

@@ -1,5 +1,7 @@
 """Reading a .ait archive: open it, check every member and the manifest, and extract parts checking SHA-256.
 
+An archive of more entries than a checkpoint can hold (MAX_MEMBERS, read from the end record and the zip64
+end record) or one that names several disks is refused before zipfile parses its central directory.
 An archive is refused before anything is extracted when a member's name is not a plain relative path, when
 two members share a name (exactly or by case), when a member is a symlink, a folder or encrypted, when a
 part is not listed in the manifest exactly once under its own name, and when a part's sizes do not agree
@@ -24,6 +26,8 @@ from aitune_ray.errors import CheckpointError, CheckpointIntegrityError, Checkpo
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_HASH_BYTES = 256
 MAX_RATIO = 100  # parts are stored uncompressed; one that would inflate more than this is refused
+MAX_MEMBERS = 10_000  # manifest, hash, signature, and per module its weights and artifacts
+END, END64, LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 
 
 class CheckpointArchive:
@@ -35,6 +39,14 @@ class CheckpointArchive:
             raise CheckpointError(f"no checkpoint at {self.path}: the file does not exist")
         if self.path.is_dir():
             raise CheckpointError(f"{self.path} is a directory, not a checkpoint file")
+        try:
+            with open(self.path, "rb") as raw:
+                count = declared_entries(raw, str(self.path))
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+        if count is not None and count > MAX_MEMBERS:
+            raise CheckpointError(f"{self.path} declares {count} zip entries, more than a checkpoint holds "
+                                  f"({MAX_MEMBERS}); refused before reading them")
         try:
             self._zip = zipfile.ZipFile(self.path, "r")
         except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
@@ -195,6 +207,33 @@ class CheckpointArchive:
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} does not match its recorded SHA-256 "
                                            "(it was changed or corrupted)")
         return target
+
+
+def declared_entries(raw, where: str) -> int | None:
+    """The entry count that the archive's end record (and zip64 end record) declares, read without parsing
+    the central directory; None where no end record is found (zipfile then says what is wrong). An archive
+    naming several disks is a CheckpointError."""
+    size = raw.seek(0, 2)
+    start = max(0, size - 22 - 0xFFFF)   # the end record, followed by a comment of at most 64 KiB
+    raw.seek(start)
+    tail = raw.read()
+    at = tail.rfind(END)
+    if at < 0 or len(tail) - at < 22:
+        return None
+    disk, first_disk, _, total = struct.unpack("<4H", tail[at + 4:at + 12])
+    count = total
+    locator = tail[at - 20:at] if at >= 20 else b""
+    if locator[:4] == LOCATOR64:
+        disk64, offset, disks = struct.unpack("<IQI", locator[4:20])
+        if disk64 != 0 or disks > 1:
+            raise CheckpointError(f"{where}: the zip64 end record names {disks} disks: a checkpoint is one file")
+        raw.seek(offset)
+        record = raw.read(56)
+        if len(record) == 56 and record[:4] == END64:
+            count = max(count, struct.unpack("<Q", record[32:40])[0])
+    elif disk or first_disk:
+        raise CheckpointError(f"{where}: the zip end record names disk {max(disk, first_disk)}: a checkpoint is one file")
+    return count
 
 
 def _raw_name(info: zipfile.ZipInfo) -> bytes:

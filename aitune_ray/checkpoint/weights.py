@@ -61,7 +61,8 @@ def read_weights(source: Path, where: str) -> dict[str, torch.Tensor]:
 
 
 def check_matches(module: nn.Module, tensors: dict[str, torch.Tensor], where: str) -> None:
-    """Raise CheckpointMismatchError unless the tensors have exactly the module's keys and shapes."""
+    """Raise CheckpointMismatchError unless the tensors have exactly the module's keys, shapes and dtypes (a
+    load never casts: complex, bool or float8 weights in a float module are another model, or an attack)."""
     expected = module.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
@@ -80,6 +81,14 @@ def check_matches(module: nn.Module, tensors: dict[str, torch.Tensor], where: st
         if tuple(stored.shape) != tuple(have.shape):
             raise CheckpointMismatchError(f"module {where!r}: tensor {key!r} has shape {tuple(stored.shape)} in the "
                                           f"checkpoint but {tuple(have.shape)} in the module")
+        if stored.dtype != have.dtype:
+            raise CheckpointMismatchError(f"module {where!r}: tensor {key!r} is {_dtype(stored)} in the checkpoint "
+                                          f"but {_dtype(have)} in the module; a load never casts weights (cast the "
+                                          "module first if this checkpoint is yours)")
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).replace("torch.", "")
 
 
 def _few(names: list[str], limit: int = 8) -> str:

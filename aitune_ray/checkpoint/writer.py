@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import json
 import logging
 import os
+import re
 import tempfile
 import uuid
 import zipfile
@@ -105,7 +107,8 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
     the manifest) when a signing_key is given.
 
     Atomic: the file is written next to path, fsynced and renamed over it, so a failure keeps whatever was at
-    path before and leaves no temporary file.
+    path before and leaves no temporary file. The temporary file (.NAME.HEX.tmp) is locked while it is
+    written; one that no save holds is what a killed save left, and the next save of path removes it.
     """
     path = Path(path).expanduser()
     if path.is_dir():
@@ -115,26 +118,78 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
     entries = [e for e, _ in described]
     artifacts = [a for _, a in described]
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    remove_stale_temps(path)
+    temp, fd = path, -1
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as target, tempfile.TemporaryDirectory(prefix="aitune-ray-save-") as scratch:
+        temp, fd = _locked_temp(path)
+        with os.fdopen(fd, "wb", closefd=False) as target, \
+                tempfile.TemporaryDirectory(prefix="aitune-ray-save-") as scratch:
             write_archive(target, entries, list(modules.values()), artifacts, Path(scratch), signing_key)
             target.flush()
             os.fsync(target.fileno())
         os.replace(temp, path)
     except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+        if fd >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
         if not isinstance(exc, Exception):
             raise
         what = str(exc) if isinstance(exc, AITuneRayError) else f"{type(exc).__name__}: {exc}"
         raise CheckpointError(f"cannot write checkpoint {path}: {what} "
                               "(any earlier file at that path is unchanged)") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)   # releases the lock, once the file has its final name
     _sync_directory(path.parent)
     logger.info("saved checkpoint %s (%d module(s): %s; %d bytes)", path, len(entries),
                 ", ".join(f"{e['path'] or e['name']}={_backend_label(e)}" for e in entries), path.stat().st_size)
     return path
+
+
+def _temp_pattern(path: Path) -> re.Pattern:
+    return re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{12}}\.tmp")
+
+
+def _locked_temp(path: Path) -> tuple[Path, int]:
+    """A new temporary file beside path, open for writing and locked (flock) for as long as it is open."""
+    for _ in range(3):
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.fstat(fd), os.stat(temp)):
+                return temp, fd
+        os.close(fd)   # another save took it for a stale one before it was locked: take a new name
+    raise CheckpointError(f"cannot create a temporary file beside {path}")
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temporary files of earlier saves of path that were killed: files named as this module names
+    its own (.NAME.HEX.tmp) that no save holds locked. Returns what was removed."""
+    pattern, removed = _temp_pattern(path), []
+    try:
+        siblings = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return removed
+    for sibling in siblings:
+        try:
+            fd = os.open(sibling, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue   # gone already, or a symlink: not a file this module wrote
+        try:
+            if not os.path.isfile(sibling) or os.path.islink(sibling):
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            sibling.unlink()
+            removed.append(sibling)
+        except OSError:
+            continue   # a save in progress holds it
+        finally:
+            os.close(fd)
+    if removed:
+        logger.info("removed %d temporary file(s) of an earlier save of %s that did not finish: %s", len(removed),
+                    path, ", ".join(p.name for p in removed))
+    return removed
 
 
 def _backend_label(entry: dict) -> str:
