@@ -11,7 +11,7 @@ import dataclasses
 import pickle
 from pathlib import Path
 
-from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM
+from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT
 
 #: Ray exceptions that mean the worker process is gone (its actor must be replaced).
 WORKER_LOST = frozenset({"RayActorError", "ActorDiedError", "WorkerCrashedError", "OutOfMemoryError",
@@ -69,6 +69,42 @@ def classify(exc: BaseException) -> Failure:
     cause = cause if isinstance(cause, BaseException) else exc
     status = OOM if is_oom(cause) else ERROR
     return Failure(status, False, cause, f"{type(cause).__name__}: {short(cause, 2000)}")
+
+
+class ProcessLost(Exception):
+    """A process that ran a task ended without a result (its exit status or signal says how)."""
+
+
+def lost_process(returncode: int | None, timed_out: bool, timeout_s: float, log_path: str = "") -> Failure:
+    """The status of a task whose own process (a build's child process) gave no result: killed at its
+    timeout, else it died (crashed, or ran out of memory when its log says so), as a Ray worker does."""
+    if timed_out:
+        return Failure(TIMED_OUT, True, TimeoutError(f"no result within {timeout_s:g} s"),
+                       f"ran past its timeout of {timeout_s:g} s; its process was killed")
+    if returncode is not None and returncode < 0:
+        import signal
+
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode} and no result"
+    hint = log_hint(log_path) if log_path else ""
+    tail = _log_tail(log_path) if log_path and not hint else ""
+    cause = ProcessLost(f"the process {how}" + (f": {hint}" if hint else f" ({tail})" if tail else ""))
+    status = OOM if is_oom(cause) else CRASHED
+    return Failure(status, True, cause, f"the build process {how}" + (f": {hint}" if hint else "")
+                   + (f" ({tail})" if tail else "") + (f"; log: {log_path}" if log_path else ""))
+
+
+def _log_tail(path: str) -> str:
+    """The last line of a log that says something (an exception's last line), when readable."""
+    try:
+        lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return short(lines[-1], 300) if lines else ""
 
 
 def log_hint(path: str) -> str:

@@ -9,6 +9,9 @@ leaves the old file or the new one, never half of one):
     <module>/samples.json             their structure (plain JSON: nothing is ever pickled)
     <module>/baseline.json            the eager baseline timings
     <module>/results/<key>.json       one per finished candidate: its job and its result record
+    <module>/started/<key>.json       one per candidate whose build began in the driver's own process (the
+                                      inline executor without contain): with no result beside it, that
+                                      build took the driver down, and a resume records it as crashed
     <module>/artifacts/<key>/<name>   that candidate's artifact files
 
 JournalingExecutor wraps another executor (inline or Ray). It stores the samples, the baseline and each
@@ -20,6 +23,7 @@ jobs that are missing. Finalists are re-measured side by side as usual, replayed
 from __future__ import annotations
 
 import collections
+import glob
 import hashlib
 import json
 import logging
@@ -35,7 +39,7 @@ import aitune_ray.artifacts as artifacts
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, BuildResult, CandidateJob
+from aitune_ray.results import CANCELLED, CRASHED, BuildResult, CandidateJob
 from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
 
 logger = logging.getLogger(__name__)
@@ -168,20 +172,34 @@ class RunFolder:
             raise ConfigError(f"mode must be resume, fresh or new, got {mode!r}")
         path = Path(path)
         identity = {"format": FORMAT, **package_identity(), **(identity or {})}
+        try:
+            return cls._open(path, identity, mode)
+        except OSError as exc:
+            raise RunFolderError(f"run folder {path} cannot be written ({exc.strerror or exc}); choose another "
+                                 "with --run-dir") from exc
+
+    @classmethod
+    def _open(cls, path: Path, identity: dict, mode: str) -> "RunFolder":
         meta = path / "run.json"
         if path.exists() and not path.is_dir():
             raise RunFolderError(f"run folder {path} is a file, not a folder")
-        if mode == "new" and meta.is_file():
-            if not _read_json(meta).get("complete"):
+        _remove_set_aside(path)
+        stored = _read_json(meta) if meta.is_file() else None
+        if stored is not None and not has_work(path):
+            # Nothing was tuned yet (the job failed before its first baseline or result): nothing to resume
+            # or to protect, so any mode starts over (a corrected job is not locked out by a failed start).
+            mode = "fresh"
+        if mode == "new" and stored is not None:
+            if not stored.get("complete"):
                 raise RunFolderError(f"run folder {path} holds an unfinished run of a job: --resume continues "
                                      "it, --fresh starts over")
             mode = "fresh"
-        if mode == "fresh" and path.exists():
-            if any(path.iterdir()) and not meta.is_file():
-                raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
-            shutil.rmtree(path)
-        if meta.is_file():
-            stored = _read_json(meta)
+        if path.exists() and stored is None and any(path.iterdir()):
+            raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
+        if mode == "fresh" and stored is not None:
+            clear(path)
+            stored = None
+        if stored is not None:
             differ = sorted(k for k in set(identity) | set(stored.get("identity", {}))
                             if identity.get(k) != stored.get("identity", {}).get(k))
             if differ:
@@ -191,9 +209,7 @@ class RunFolder:
                                      "--fresh (or another run folder) starts over")
             logger.info("resuming the run in %s", path)
         else:
-            if path.exists() and any(p.name != "run.json" for p in path.iterdir()):
-                raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
-            _write_json(meta, {"identity": identity, "complete": False})
+            _create(path, {"identity": identity, "complete": False})
         return cls(path, identity)
 
     def module(self, name: str) -> "ModuleJournal":
@@ -248,11 +264,35 @@ class ModuleJournal:
     def _result_path(self, key: str) -> Path:
         return self.folder / "results" / f"{artifacts.safe_name(key)}.json"
 
+    def _started_path(self, key: str) -> Path:
+        return self.folder / "started" / f"{artifacts.safe_name(key)}.json"
+
+    def mark_started(self, job: CandidateJob, in_process: bool) -> None:
+        """Record that job's build starts now, before it starts (in_process: in the driver's own process)."""
+        _write_json(self._started_path(job.key), {"job": job.to_dict(), "in_process": in_process,
+                                                  "pid": os.getpid()})
+
+    def _died_with_driver(self, job: CandidateJob) -> BuildResult | None:
+        """A crashed result for job when an earlier driver began its build in its own process and never got to
+        record a result: that build most likely took the driver down (a segfault, an abort, memory)."""
+        path = self._started_path(job.key)
+        if not path.is_file():
+            return None
+        marker = _read_json(path)
+        if not marker.get("in_process") or marker.get("job") != json.loads(json.dumps(job.to_dict())):
+            return None
+        logger.warning("[%s] %s was being built in the driver's own process when that process ended: recorded "
+                       "as crashed, not built again (--fresh builds it again)", self.name, job.key)
+        return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=CRASHED,
+                           error_type="DriverLost",
+                           error=f"the driver process (pid {marker.get('pid')}) ended while it built this candidate "
+                                 "in its own process (inline executor without contain); not built again")
+
     def stored(self, job: CandidateJob, workdir: Path) -> BuildResult | None:
         """job's stored result, its artifacts copied into workdir; None when it has none."""
         path = self._result_path(job.key)
         if not path.is_file():
-            return None
+            return self._died_with_driver(job)
         record = _read_json(path)
         if record.get("job") != json.loads(json.dumps(job.to_dict())):
             raise RunFolderError(f"run folder {self.folder.parent}: candidate {job.key} of {self.name} was run "
@@ -285,6 +325,45 @@ class ModuleJournal:
                 continue   # a URL stays a URL
             record["artifacts"][name] = {"file": str(target.relative_to(self.folder))}
         _write_json(self._result_path(job.key), {"job": job.to_dict(), "result": record})
+        self._started_path(job.key).unlink(missing_ok=True)
+
+
+def has_work(path: Path) -> bool:
+    """Whether a run folder holds anything tuned: an eager baseline or a candidate's result."""
+    return any(path.glob("*/baseline.json")) or any(path.glob("*/results/*.json"))
+
+
+SET_ASIDE = ".removing-"
+
+
+def clear(path: Path) -> None:
+    """Remove a run folder so that a kill at any moment leaves either the whole folder or none at path: it is
+    renamed aside first (one atomic step), then deleted; what a kill leaves aside goes at the next open."""
+    aside = path.with_name(f".{path.name}{SET_ASIDE}{os.getpid()}-{os.urandom(4).hex()}")
+    os.rename(path, aside)
+    shutil.rmtree(aside)
+
+
+def _remove_set_aside(path: Path) -> None:
+    """Remove what an earlier clear() renamed aside and did not get to delete (its process was killed)."""
+    for aside in path.parent.glob(f".{glob.escape(path.name)}{SET_ASIDE}*"):
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _create(path: Path, meta: dict) -> None:
+    """The folder with its run.json, made beside it and renamed into place: a kill leaves it whole or absent.
+    An empty folder already at path (made by the user) is replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}{SET_ASIDE}{os.getpid()}-{os.urandom(4).hex()}")
+    staging.mkdir()
+    try:
+        _write_json(staging / "run.json", meta)
+        if path.is_dir():
+            path.rmdir()   # empty (checked by the caller)
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
@@ -331,12 +410,22 @@ class JournalingExecutor(Executor):
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
+        inner.build_started = self._build_started
+
+    def _build_started(self, context: TuneContext, job: CandidateJob, in_process: bool) -> None:
+        self._journal(context).mark_started(job, in_process)
 
     def open(self) -> None:
         self.inner.open()
 
     def close(self) -> None:
+        self.detach()
         self.inner.close()
+
+    def detach(self) -> None:
+        """Stop listening to the wrapped executor's builds (it may be used again without this journal)."""
+        if self.inner.build_started == self._build_started:
+            self.inner.build_started = None
 
     def resolve_device(self, device) -> torch.device:
         return self.inner.resolve_device(device)

@@ -25,7 +25,6 @@ import copy
 import logging
 import os
 import platform
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
 from aitune_ray.bytecode import advice, uncached
+from aitune_ray import tempdirs
 from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
@@ -91,6 +91,7 @@ def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None
     if own and not keep_logs:
         shutil.rmtree(own, ignore_errors=True)
     elif own:
+        tempdirs.keep(own)
         logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
@@ -234,7 +235,7 @@ class RayExecutor(Executor):
         size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
         if not self._local:
             self._driver_turns = self._driver_uses_the_gpu(size)
-        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        log_dir = self.log_dir or str(tempdirs.make("logs"))
         self._own_log_dir = None if self.log_dir else log_dir
         self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
                                turns=self._driver_turns,
