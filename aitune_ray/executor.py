@@ -73,10 +73,10 @@ class Executor(ABC):
     # True where materialize() hands over the very backend object that remeasure() timed, in this process (the
     # inline executor); a Ray driver restores its own copy of what an actor timed
     deploys_what_it_measured: bool = False
-    # Called as build_started(context, job, in_process) right before a candidate's build starts, where a crash
-    # of that build could take this process down with it (in_process: the build runs in this very process).
-    # A run folder's journal sets it (aitune_ray.run_dir); None: nobody listens.
-    build_started: Callable[["TuneContext", CandidateJob, bool], None] | None = None
+    # watch_build(context, job, in_process): a context manager that an inline build runs in (in_process: in
+    # this very process, where its crash ends the process). A run folder's journal sets it to record the
+    # build as started, and a fatal signal during it (aitune_ray.run_dir); None: nobody watches.
+    watch_build: Callable[["TuneContext", CandidateJob, bool], Any] | None = None
 
     def emit(self, context: TuneContext, event: str, *, task: str = "build", job: CandidateJob | None = None,
              status: str = RUNNING, where: dict | None = None, elapsed_s: float = 0.0, **extra: Any) -> dict:

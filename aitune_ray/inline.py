@@ -10,6 +10,7 @@ resume after a build took the process down records that candidate as crashed ins
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import platform
@@ -50,17 +51,17 @@ class _InlineHandle(RunHandle):
                 yield failed
                 continue
             started = time.monotonic()
-            if ex.build_started is not None:
-                ex.build_started(ctx, job, not ex.contain)
             ex.emit(ctx, "building", job=job, where=where)
-            if ex.contain:
-                from aitune_ray.build_process import run_in_child
+            watch = ex.watch_build(ctx, job, not ex.contain) if ex.watch_build else contextlib.nullcontext()
+            with watch:
+                if ex.contain:
+                    from aitune_ray.build_process import run_in_child
 
-                result = run_in_child(ctx.name, ctx.module, ctx.samples, ctx.device, job, ctx.workdir,
-                                      ex.task_timeout_s, where)
-            else:
-                result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
-                    ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
+                    result = run_in_child(ctx.name, ctx.module, ctx.samples, ctx.device, job, ctx.workdir,
+                                          ex.task_timeout_s, where)
+                else:
+                    result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
+                        ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
             ex.emit(ctx, "done", job=job, status=result.status, where=where, elapsed_s=time.monotonic() - started)
             yield result
 

@@ -9,9 +9,12 @@ leaves the old file or the new one, never half of one):
     <module>/samples.json             their structure (plain JSON: nothing is ever pickled)
     <module>/baseline.json            the eager baseline timings
     <module>/results/<key>.json       one per finished candidate: its job and its result record
-    <module>/started/<key>.json       one per candidate whose build began in the driver's own process (the
-                                      inline executor without contain): with no result beside it, that
-                                      build took the driver down, and a resume records it as crashed
+    <module>/started/<key>.json       one per inline candidate whose build began and has no result yet
+    <module>/started/<key>.crash      a build in the driver's own process (inline, not contained): where a
+                                      fatal signal (segfault, abort) ended the driver during it, the
+                                      faulthandler's report; a resume then records that build as crashed
+                                      instead of building it again (a driver killed from outside, SIGKILL,
+                                      leaves it empty: the build runs again)
     <module>/artifacts/<key>/<name>   that candidate's artifact files
 
 JournalingExecutor wraps another executor (inline or Ray). It stores the samples, the baseline and each
@@ -23,6 +26,8 @@ jobs that are missing. Finalists are re-measured side by side as usual, replayed
 from __future__ import annotations
 
 import collections
+import contextlib
+import faulthandler
 import glob
 import hashlib
 import json
@@ -30,6 +35,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,6 +44,7 @@ import torch
 import aitune_ray.artifacts as artifacts
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
+from aitune_ray.failures import log_hint
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, BuildResult, CandidateJob
 from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
@@ -267,32 +274,51 @@ class ModuleJournal:
     def _started_path(self, key: str) -> Path:
         return self.folder / "started" / f"{artifacts.safe_name(key)}.json"
 
-    def mark_started(self, job: CandidateJob, in_process: bool) -> None:
-        """Record that job's build starts now, before it starts (in_process: in the driver's own process)."""
-        _write_json(self._started_path(job.key), {"job": job.to_dict(), "in_process": in_process,
-                                                  "pid": os.getpid()})
+    @contextlib.contextmanager
+    def building(self, job: CandidateJob, in_process: bool) -> Iterator[None]:
+        """Around job's build: it is recorded as started first; in the driver's own process (in_process), a
+        fatal signal during it has the faulthandler write its report beside that record, for a resume."""
+        marker = self._started_path(job.key)
+        _write_json(marker, {"job": job.to_dict(), "in_process": in_process, "pid": os.getpid()})
+        if not in_process:
+            yield
+            return
+        crash = marker.with_suffix(".crash")
+        was_enabled = faulthandler.is_enabled()
+        with open(crash, "w") as report:
+            faulthandler.enable(file=report)
+            try:
+                yield
+            finally:
+                faulthandler.disable()
+                if was_enabled:   # as it was, on the process's own stderr (sys.stderr may be a capture)
+                    with contextlib.suppress(Exception):
+                        faulthandler.enable(file=sys.__stderr__)
+        crash.unlink(missing_ok=True)
 
-    def _died_with_driver(self, job: CandidateJob) -> BuildResult | None:
-        """A crashed result for job when an earlier driver began its build in its own process and never got to
-        record a result: that build most likely took the driver down (a segfault, an abort, memory)."""
-        path = self._started_path(job.key)
-        if not path.is_file():
+    def _crashed_driver(self, job: CandidateJob) -> BuildResult | None:
+        """A crashed result for job when an earlier driver built it in its own process and a fatal signal
+        ended that driver during the build (its faulthandler report is there); else None (build it)."""
+        marker, crash = self._started_path(job.key), self._started_path(job.key).with_suffix(".crash")
+        try:
+            fatal = crash.read_text(errors="replace").strip()
+        except OSError:
             return None
-        marker = _read_json(path)
-        if not marker.get("in_process") or marker.get("job") != json.loads(json.dumps(job.to_dict())):
+        if not fatal or not marker.is_file() or _read_json(marker).get("job") != json.loads(json.dumps(job.to_dict())):
             return None
-        logger.warning("[%s] %s was being built in the driver's own process when that process ended: recorded "
-                       "as crashed, not built again (--fresh builds it again)", self.name, job.key)
+        hint = log_hint(str(crash)) or fatal.splitlines()[0]
+        logger.warning("[%s] %s ended the driver process during its build (%s): recorded as crashed, not built "
+                       "again (--fresh builds it again)", self.name, job.key, hint)
         return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=CRASHED,
-                           error_type="DriverLost",
-                           error=f"the driver process (pid {marker.get('pid')}) ended while it built this candidate "
-                                 "in its own process (inline executor without contain); not built again")
+                           error_type="DriverCrashed",
+                           error=f"its build ended the driver process: {hint} (inline executor, not contained; "
+                                 f"report: {crash})", log_path=str(crash))
 
     def stored(self, job: CandidateJob, workdir: Path) -> BuildResult | None:
         """job's stored result, its artifacts copied into workdir; None when it has none."""
         path = self._result_path(job.key)
         if not path.is_file():
-            return self._died_with_driver(job)
+            return self._crashed_driver(job)
         record = _read_json(path)
         if record.get("job") != json.loads(json.dumps(job.to_dict())):
             raise RunFolderError(f"run folder {self.folder.parent}: candidate {job.key} of {self.name} was run "
@@ -326,6 +352,7 @@ class ModuleJournal:
             record["artifacts"][name] = {"file": str(target.relative_to(self.folder))}
         _write_json(self._result_path(job.key), {"job": job.to_dict(), "result": record})
         self._started_path(job.key).unlink(missing_ok=True)
+        self._started_path(job.key).with_suffix(".crash").unlink(missing_ok=True)
 
 
 def has_work(path: Path) -> bool:
@@ -410,10 +437,10 @@ class JournalingExecutor(Executor):
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
-        inner.build_started = self._build_started
+        inner.watch_build = self._watch_build
 
-    def _build_started(self, context: TuneContext, job: CandidateJob, in_process: bool) -> None:
-        self._journal(context).mark_started(job, in_process)
+    def _watch_build(self, context: TuneContext, job: CandidateJob, in_process: bool):
+        return self._journal(context).building(job, in_process)
 
     def open(self) -> None:
         self.inner.open()
@@ -424,8 +451,8 @@ class JournalingExecutor(Executor):
 
     def detach(self) -> None:
         """Stop listening to the wrapped executor's builds (it may be used again without this journal)."""
-        if self.inner.build_started == self._build_started:
-            self.inner.build_started = None
+        if self.inner.watch_build == self._watch_build:
+            self.inner.watch_build = None
 
     def resolve_device(self, device) -> torch.device:
         return self.inner.resolve_device(device)
