@@ -148,3 +148,57 @@ def test_a_closed_session_reaper_kills_nothing(tmp_path):
         sleeper.stdin.close()
         sleeper.wait(timeout=60)
     assert sleeper.returncode == 0
+
+
+@pytest.mark.slow
+def test_ray_job_submit_under_token_authentication_as_documented(tmp_path):
+    """docs/cluster.md's secure way on a one-machine cluster: `ray start --head` with RAY_AUTH_MODE=token and
+    the dashboard on 127.0.0.1; `ray job submit` passes the token when RAY_AUTH_MODE=token is set where it
+    runs (the token from RAY_AUTH_TOKEN here; ~/.ray/auth_token by default), and is refused without it."""
+    from tests.test_cli import free_port, stop_cluster
+
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        pytest.skip(f"no ray command next to {sys.executable}")
+    token = os.urandom(16).hex()
+    temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")   # short: Ray's socket paths must fit
+    env = dict(os.environ, HOME=str(tmp_path), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, PYTHONPATH="")
+    env.pop("RAY_ADDRESS", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    dashboard = free_port()
+    start = [str(ray_bin), "start", "--head", "--num-cpus=1", f"--port={free_port()}", "--include-dashboard=true",
+             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}",
+             f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={temp_dir}",
+             f"--object-store-memory={100 * 1024 * 1024}", "--disable-usage-stats"]
+    url = f"http://127.0.0.1:{dashboard}"
+    submit = [str(ray_bin), "job", "submit", "--address", url, "--", "python", "-c", "print('job ran')"]
+    try:
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        wait_for_dashboard_with_token(url, token)
+        without = {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+        refused = subprocess.run(submit, env=without, capture_output=True, text=True, timeout=300)
+        assert refused.returncode != 0 and "job ran" not in refused.stdout
+        assert "uthenticat" in refused.stdout + refused.stderr, refused.stdout[-2000:] + refused.stderr[-2000:]
+        job = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=300)
+        assert job.returncode == 0 and "job ran" in job.stdout, job.stdout[-3000:] + job.stderr[-3000:]
+    finally:
+        stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def wait_for_dashboard_with_token(url: str, token: str, timeout_s: float = 180) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            raise TimeoutError(f"the Ray dashboard at {url} did not answer in {timeout_s:.0f} s")
+        time.sleep(1)
