@@ -154,7 +154,8 @@ def test_a_closed_session_reaper_kills_nothing(tmp_path):
 def test_ray_job_submit_under_token_authentication_as_documented(tmp_path):
     """docs/cluster.md's secure way on a one-machine cluster: `ray start --head` with RAY_AUTH_MODE=token and
     the dashboard on 127.0.0.1; `ray job submit` passes the token when RAY_AUTH_MODE=token is set where it
-    runs (the token from RAY_AUTH_TOKEN here; ~/.ray/auth_token by default), and is refused without it."""
+    runs (the token from RAY_AUTH_TOKEN here; ~/.ray/auth_token by default), and is refused without it. The
+    job's own driver connects to the cluster under the token."""
     from tests.test_cli import free_port, stop_cluster
 
     ray_bin = Path(sys.executable).parent / "ray"
@@ -171,7 +172,9 @@ def test_ray_job_submit_under_token_authentication_as_documented(tmp_path):
              f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={temp_dir}",
              f"--object-store-memory={100 * 1024 * 1024}", "--disable-usage-stats"]
     url = f"http://127.0.0.1:{dashboard}"
-    submit = [str(ray_bin), "job", "submit", "--address", url, "--", "python", "-c", "print('job ran')"]
+    # The job's driver connects to the cluster (RAY_ADDRESS), as aitune-ray's does: under the token too.
+    submit = [str(ray_bin), "job", "submit", "--address", url, "--", "python", "-c",
+              "import ray; ray.init(); print('job ran on', ray.cluster_resources()['CPU'])"]
     try:
         started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
         assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
