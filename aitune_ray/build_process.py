@@ -34,13 +34,25 @@ from aitune_ray.results import BuildResult, CandidateJob
 logger = logging.getLogger(__name__)
 
 
-def _pickler():
+def _pickler(module: torch.nn.Module):
+    """cloudpickle where it is installed (on its own, or Ray's copy when the module has classes of the
+    driver's __main__, which plain pickle cannot send); else pickle."""
     try:
         import cloudpickle
 
         return cloudpickle
     except ImportError:
-        return pickle
+        pass
+    if any(type(m).__module__ == "__main__" for m in module.modules()):
+        try:
+            from ray import cloudpickle
+
+            return cloudpickle
+        except ImportError as exc:
+            raise ImportError("the module has classes defined in the script that runs (__main__): sending "
+                              "them to a build process needs cloudpickle (pip install cloudpickle), or build "
+                              "in this process (contain=False)") from exc
+    return pickle
 
 
 def run_in_child(name: str, module: torch.nn.Module, samples, device: torch.device, job: CandidateJob,
@@ -54,7 +66,7 @@ def run_in_child(name: str, module: torch.nn.Module, samples, device: torch.devi
     try:
         try:
             with open(folder / "job.pkl", "wb") as out:
-                _pickler().dump({"name": name, "module": module, "samples": samples, "device": str(device),
+                _pickler(module).dump({"name": name, "module": module, "samples": samples, "device": str(device),
                                  "job": job.to_dict(), "workdir": str(workdir), "log_path": str(log_path)},
                                 out, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - whatever the pickler met names the object

@@ -57,3 +57,35 @@ def test_a_resume_after_an_in_process_build_killed_the_driver_does_not_build_it_
     assert log.read_text().split() == ["1", "2", "3"]   # tag 2 was not built again
     result = json.loads(again.stdout.strip().splitlines()[-1])
     assert sorted(result.values()) == [CRASHED, OK, OK]
+
+
+MAIN_SCRIPT = """
+import torch
+from torch import nn
+
+import aitune_ray as ait
+from tests.crash_backends import CrashConfig, CrashingBackend, MEASURE, make_data
+
+
+class ScriptNet(nn.Module):   # defined in the script that runs: it travels to the build process by value
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+module = ait.Module(ScriptNet(), "net", strategy=ait.MaxThroughputStrategy(
+    [CrashingBackend(CrashConfig(tag=1))], measure_config=MEASURE))
+report = ait.tune(module, make_data(), executor=ait.InlineExecutor(remeasure_rounds=2, contain=True))
+print("STATUS", report.modules[0].results[0].status, report.modules[0].results[0].error)
+"""
+
+
+def test_a_module_class_of_the_running_script_is_built_contained():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-c", MAIN_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "STATUS ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
