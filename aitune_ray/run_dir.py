@@ -434,6 +434,10 @@ class _JournalHandle(RunHandle):
 class JournalingExecutor(Executor):
     """Wraps an executor: journals into a RunFolder and, on a resumed run, runs only what is missing."""
 
+    # The journal watches the inner executor's builds itself (it sets inner.watch_build): no one watches
+    # builds through this wrapper.
+    watch_build = None
+
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
