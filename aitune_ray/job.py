@@ -73,8 +73,7 @@ class BackendSpec:
 
 @dataclasses.dataclass
 class ExecutorSpec:
-    """type: "ray" or "inline"; the other keys are RayExecutor options (inline takes task_timeout_s,
-    remeasure_rounds and contain: each build in a child process of its own, false to debug in-process)."""
+    """type: "ray" or "inline"; the other keys are RayExecutor options (inline: task_timeout_s, remeasure_rounds)."""
 
     type: str = "ray"
     address: str | None = None
@@ -88,7 +87,7 @@ class ExecutorSpec:
     log_dir: str | None = None
     remeasure_rounds: int = bounded(30, 1, 100_000)
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
-    contain: bool = True                     # inline only: builds in child processes (false: in this one)
+    contain: bool = True                     # inline only: each build in a child process (false: in this one)
 
     def ray_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)

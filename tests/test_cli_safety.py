@@ -125,3 +125,18 @@ def test_a_changed_checkpoint_is_not_trusted(tmp_path):
     with pytest.raises(CheckpointIntegrityError, match="changed after this run wrote it"):
         with own.load(ait.Module(torch.nn.Linear(2, 2), "m")):
             pass
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1(factories, capsys, monkeypatch):
+    """Whatever goes wrong past the job's own checks (here the run itself raises) is one line, no traceback."""
+    import aitune_ray.cli as cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the disk went away\nsecond line")
+
+    monkeypatch.setattr(cli, "run_job", broken)
+    path = write_job(factories / "job.yaml", quick_job(factories))
+    capsys.readouterr()
+    assert main(["tune", "-q", str(path)]) == EXIT_FAILED
+    line = one_error_line(capsys.readouterr().err)
+    assert "RuntimeError: the disk went away second line" in line and "-vv" in line
