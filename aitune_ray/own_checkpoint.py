@@ -2,23 +2,26 @@
 
 A checkpoint's native code (an AOTInductor package, a TensorRT plan) loads only when the user allows it or
 the file is signed, because a file from elsewhere may run code as it loads. The file a run has just written
-is not from elsewhere, as long as it is still exactly what was written: OwnCheckpoint keeps the SHA-256 of
-the bytes it wrote, and each load-back first copies the file into a private temporary folder, checks the
-copy's hash against that record, and loads the copy with native code allowed. A file that changed since is
-refused (CheckpointIntegrityError) and nothing of it is loaded; the copy cannot change between the check
-and the load, since only this process can write to its folder.
+is not from elsewhere, as long as it is still exactly what was written. OwnCheckpoint writes it into a
+private temporary folder first (only this user can write there), keeps the SHA-256 of those bytes, and puts
+a copy at the output path (beside it, then renamed over it: a kill leaves the old file or the new one). Each
+load-back copies the output file into a private folder again, checks the copy's hash against the record,
+and loads the copy with native code allowed. A file that changed since is refused (CheckpointIntegrityError)
+and nothing of it is loaded; the copy cannot change between the check and the load.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 from aitune_ray import tempdirs
-from aitune_ray.errors import CheckpointIntegrityError
+from aitune_ray.errors import CheckpointError, CheckpointIntegrityError
 
 
 def file_sha256(path: Path) -> str:
@@ -40,8 +43,26 @@ class OwnCheckpoint:
     def save(self, obj: Any) -> Path:
         import aitune_ray as ait
 
-        ait.save(obj, self.path)
-        self.sha256 = file_sha256(self.path)
+        folder = tempdirs.make("own")
+        try:
+            private = ait.save(obj, folder / self.path.name)
+            sha256 = file_sha256(private)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
+            try:
+                shutil.copyfile(private, temp)
+                with open(temp, "rb+") as out:
+                    os.fsync(out.fileno())
+                os.replace(temp, self.path)
+            except BaseException as exc:
+                temp.unlink(missing_ok=True)
+                if isinstance(exc, OSError):
+                    raise CheckpointError(f"cannot write checkpoint {self.path}: {exc.strerror or exc} (any "
+                                          "earlier file at that path is unchanged)") from exc
+                raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.sha256 = sha256
         return self.path
 
     @contextlib.contextmanager
