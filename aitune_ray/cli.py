@@ -12,9 +12,11 @@ after the command's name.
 Made for ``ray job submit --working-dir . -- aitune-ray tune JOB.yaml``. It prints progress and the
 summary table, writes the checkpoint and the report, then loads the checkpoint into a fresh model and
 compares its outputs with the tuned model's. Exit status: 0 when at least one module was tuned (keeping
-eager is a decision too), 1 when every module failed to tune or the checkpoint does not load back, 2 for a
-bad job file, 130 when interrupted. Each candidate's result is written to the job's run folder as it
-finishes; --resume continues a killed run there, --fresh starts over. This module is the user interface: it prints; the library only logs.
+eager is a decision too), 1 when every module failed to tune, the checkpoint does not load back or anything
+else failed, 2 for a bad job (its file, a factory that raises, an empty or rejected dataset, a device this
+machine lacks, an output folder it cannot write), 130 when interrupted; every error is one line on stderr.
+Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
+there, --fresh starts over. This module is the user interface: it prints; the library only logs.
 """
 
 from __future__ import annotations
