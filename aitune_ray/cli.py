@@ -12,9 +12,11 @@ after the command's name.
 Made for ``ray job submit --working-dir . -- aitune-ray tune JOB.yaml``. It prints progress and the
 summary table, writes the checkpoint and the report, then loads the checkpoint into a fresh model and
 compares its outputs with the tuned model's. Exit status: 0 when at least one module was tuned (keeping
-eager is a decision too), 1 when every module failed to tune or the checkpoint does not load back, 2 for a
-bad job file, 130 when interrupted. Each candidate's result is written to the job's run folder as it
-finishes; --resume continues a killed run there, --fresh starts over. This module is the user interface: it prints; the library only logs.
+eager is a decision too), 1 when every module failed to tune, the checkpoint does not load back or anything
+else failed, 2 for a bad job (its file, a factory that raises, an empty or rejected dataset, a device this
+machine lacks, an output folder it cannot write), 130 when interrupted; every error is one line on stderr.
+Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
+there, --fresh starts over. This module is the user interface: it prints; the library only logs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import os
 import platform
@@ -31,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitune_ray.errors import AITuneRayError, ConfigError
+from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, DeviceError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -166,17 +169,40 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     try:
+        check_writable(job)
         folder = open_run_folder(job, args)
         return run_job(job, Path(args.job), progress_view(args), folder)
     except KeyboardInterrupt:
         say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
         return EXIT_INTERRUPTED
-    except ConfigError as exc:
+    except (ConfigError, DatasetError, DeviceError) as exc:   # the job's input: its file, model, data, device
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     except AITuneRayError as exc:
         say(f"error: {type(exc).__name__}: {exc}", error=True)
         return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - one line for the user; the traceback with -vv
+        logging.getLogger(__name__).debug("the job failed", exc_info=True)
+        say(f"error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (-vv shows the traceback)",
+            error=True)
+        return EXIT_FAILED
+
+
+def check_writable(job) -> None:
+    """Before any work: the checkpoint's and the report's folders exist (made here) and take a new file."""
+    import tempfile
+
+    for key, path in (("output", job.output), ("report", job.report)):
+        if not path:
+            continue
+        folder = Path(path).resolve().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder, prefix=".aitune-ray-check-"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot write into {folder} ({exc.strerror or exc}); choose another "
+                              f"path with --{key}") from exc
 
 
 def apply_overrides(job, args: argparse.Namespace) -> None:
@@ -235,6 +261,7 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
 
     import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
+    from aitune_ray.own_checkpoint import OwnCheckpoint
 
     executor = make_executor(job, recorder)
     started = time.perf_counter()
@@ -267,10 +294,10 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
             say("error: no module could be tuned; no checkpoint written", error=True)
             write_report(job, job_path, device, report, tuned_s, check, recorder.events)
             return EXIT_FAILED
-        output = Path(job.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        ait.save(root, output)
-        say(f"checkpoint: {output}")
+        output = OwnCheckpoint(job.output)
+        output.path.parent.mkdir(parents=True, exist_ok=True)
+        output.save(root)
+        say(f"checkpoint: {output.path}")
         if folder is not None:
             folder.mark_complete()
         if device != local:
@@ -307,11 +334,10 @@ def call_with(func, item):
     return func(item)
 
 
-def check_checkpoint(job, root, output: Path, device) -> dict:
+def check_checkpoint(job, root, output, device) -> dict:
     """Load the checkpoint into a fresh model and compare its outputs with the tuned model's on one item."""
     import torch
 
-    import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
     from aitune_ray.measure.correctness import compare_outputs
     from aitune_ray.samples import tensors_of
@@ -319,11 +345,11 @@ def check_checkpoint(job, root, output: Path, device) -> dict:
     try:
         fresh, _ = wrap_modules(job.make_model(), job.module_specs())
         move_to(fresh, device)
-        fresh = ait.load(fresh, output, allow_native_code=True)   # the file this run has just written
-        item = next(iter(on_device(job.make_data(), device)))
-        with torch.no_grad():
-            expected = call_with(root, item)
-            got = call_with(fresh, item)
+        with output.load(fresh) as fresh:   # the file this run has just written, as it wrote it
+            item = next(iter(on_device(job.make_data(), device)))
+            with torch.no_grad():
+                expected = call_with(root, item)
+                got = call_with(fresh, item)
     except Exception as exc:  # any failure to load or call it is this check's result
         say(f"error: the checkpoint does not load back: {type(exc).__name__}: {exc}", error=True)
         return {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -339,20 +365,28 @@ def check_checkpoint(job, root, output: Path, device) -> dict:
             "reason": verdict.reason}
 
 
-def check_loaded_speed(job, root, output: Path, device) -> dict:
+def check_loaded_speed(job, root, output, device) -> dict:
     """The post-deploy check after a checkpoint load: each module, loaded as a user loads it, timed against
     eager in paired rounds on its recorded samples. A module that loses beyond noise at a recorded batch
     size is set back to eager and the checkpoint written again."""
-    import aitune_ray as ait
     from aitune_ray.job import move_to, wrap_modules
-    from aitune_ray.module import find_modules
-    from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
-    from aitune_ray.tune_strategy.deploy import check_deployed, deployed_reason
-    from aitune_ray.tune_strategy.performance_validation import LOSS
 
     fresh, _ = wrap_modules(job.make_model(), job.module_specs())
     move_to(fresh, device)
-    fresh = ait.load(fresh, output)
+    with output.load(fresh) as fresh:   # the file this run has just written, as it wrote it
+        results, rewrite = _check_loaded(root, fresh, device)
+    if rewrite:
+        output.save(root)
+        say(f"checkpoint written again: {output.path}")
+    return results
+
+
+def _check_loaded(root, fresh, device) -> tuple[dict, bool]:
+    from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
+    from aitune_ray.module import find_modules
+    from aitune_ray.tune_strategy.deploy import check_deployed, deployed_reason
+    from aitune_ray.tune_strategy.performance_validation import LOSS
+
     tuned, results, rewrite = find_modules(root), {}, False
     for path, loaded in find_modules(fresh).items():
         original = tuned.get(path)
@@ -382,10 +416,7 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
             original.use_backend(None)
             results[original.name]["fell_back_to"] = "eager"
             rewrite = True
-    if rewrite:
-        ait.save(root, output)
-        say(f"checkpoint written again: {output}")
-    return results
+    return results, rewrite
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:
@@ -406,7 +437,9 @@ def make_executor(job, progress=None):
     if job.executor.type == "inline":
         from aitune_ray.inline import InlineExecutor
 
-        return InlineExecutor(progress=progress)
+        return InlineExecutor(progress=progress, contain=job.executor.contain,
+                              task_timeout_s=job.executor.task_timeout_s,
+                              remeasure_rounds=job.executor.remeasure_rounds)
     try:
         from aitune_ray.cluster.ray_executor import RayExecutor
     except ImportError as exc:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from aitune_ray import tempdirs
 from aitune_ray.backend.backend import Backend
 from aitune_ray.measure.timing import MeasureConfig, Timing
 from aitune_ray.results import ERROR, BuildResult, CandidateJob
@@ -47,7 +47,7 @@ class TuneContext:
     module: nn.Module
     samples: SampleStore
     device: torch.device
-    workdir: Path = dataclasses.field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="aitune-ray-")))
+    workdir: Path = dataclasses.field(default_factory=lambda: tempdirs.make("work"))
     measure: MeasureConfig = dataclasses.field(default_factory=MeasureConfig)
     report: Any = None    # the strategy's ModuleReport, kept here so a failed tuning still reports
 
@@ -73,6 +73,10 @@ class Executor(ABC):
     # True where materialize() hands over the very backend object that remeasure() timed, in this process (the
     # inline executor); a Ray driver restores its own copy of what an actor timed
     deploys_what_it_measured: bool = False
+    # watch_build(context, job, in_process): a context manager that an inline build runs in (in_process: in
+    # this very process, where its crash ends the process). A run folder's journal sets it to record the
+    # build as started, and a fatal signal during it (aitune_ray.run_dir); None: nobody watches.
+    watch_build: Callable[["TuneContext", CandidateJob, bool], Any] | None = None
 
     def emit(self, context: TuneContext, event: str, *, task: str = "build", job: CandidateJob | None = None,
              status: str = RUNNING, where: dict | None = None, elapsed_s: float = 0.0, **extra: Any) -> dict:

@@ -98,6 +98,41 @@ def outcome(what: str, *, exc: BaseException | None = None, failure: Failure | N
     return Failure(failure.status, False, failure.cause, f"{what} failed: {failure.error}")
 
 
+class ProcessLost(Exception):
+    """A process that ran a task ended without a result (its exit status or signal says how)."""
+
+
+def lost_process(returncode: int | None, timed_out: bool, timeout_s: float, log_path: str = "") -> Failure:
+    """The status of a task whose own process (a build's child process) gave no result: killed at its
+    timeout, else it died (crashed, or ran out of memory when its log says so), as a Ray worker does."""
+    if timed_out:
+        return outcome("the build", timed_out=True, limit_s=timeout_s, replaced=True)
+    if returncode is not None and returncode < 0:
+        import signal
+
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode} and no result"
+    hint = log_hint(log_path) if log_path else ""
+    tail = _log_tail(log_path) if log_path and not hint else ""
+    cause = ProcessLost(f"the process {how}" + (f": {hint}" if hint else f" ({tail})" if tail else ""))
+    status = OOM if is_oom(cause) else CRASHED
+    return Failure(status, True, cause, f"the build process {how}" + (f": {hint}" if hint else "")
+                   + (f" ({tail})" if tail else "") + (f"; log: {log_path}" if log_path else ""))
+
+
+def _log_tail(path: str) -> str:
+    """The last line of a log that says something (an exception's last line), when readable."""
+    try:
+        lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return short(lines[-1], 300) if lines else ""
+
+
 def log_hint(path: str) -> str:
     """The fatal line a dying worker left in its log, when the log is readable from here."""
     try:

@@ -8,10 +8,17 @@ class's ``forward``: a call may check the guards of other variants before its ow
 ``torch._dynamo.config.recompile_limit`` (8) entries exist, a new variant is not compiled at all and runs
 eagerly, so its measurement says nothing about the backend. Compiling ``own_frame(module)`` instead keeps
 each variant's graphs on a code object nobody else uses.
+
+Each such function also has a globals dict of its own: Dynamo stores every graph it compiles for a frame
+under a new name in that frame's globals (``__compiled_fn_<n>_<uuid>``) and never removes it, so with this
+module's globals the names of every compile the process ever made piled up in this module. In a dict of
+its own they go with the function. (Dynamo keeps each graph alive by other means as well; RELIABILITY.md,
+"Driver memory", has what remains and why.)
 """
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import re
 import types
@@ -31,4 +38,5 @@ def own_frame(target: Callable, label: str) -> Callable:
     if hasattr(call.__code__, "co_qualname"):   # Python 3.11+
         fields["co_qualname"] = name
     code = call.__code__.replace(**fields)
-    return types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+    scope = {"__builtins__": builtins, "__name__": __name__}   # where Dynamo puts this function's graphs
+    return types.FunctionType(code, scope, name, None, call.__closure__)

@@ -1,15 +1,24 @@
-"""InlineExecutor: every candidate one after another in this process, on the worker core. No Ray."""
+"""InlineExecutor: every candidate one after another on this machine, on the worker core. No Ray.
+
+With contain=True each build runs in a child process of its own (aitune_ray.build_process): a build that
+crashes, hangs past task_timeout_s or runs out of memory is that candidate's result, as on Ray. With
+contain=False (the default of the class, for debugging: breakpoints and in-process state work) builds run in
+this very process and nothing is contained: a segfaulting build ends the process, a hanging one hangs it.
+Either way a journal (aitune_ray.run_dir) records each candidate as started before its build, so that a
+resume after a build took the process down records that candidate as crashed instead of building it again.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from aitune_ray import tempdirs
 from aitune_ray.backend.backend import Backend, backend_class_of, plan_key_of
 from aitune_ray.device import gpu_identity
 from aitune_ray.errors import ConfigError
@@ -43,8 +52,16 @@ class _InlineHandle(RunHandle):
                 continue
             started = time.monotonic()
             ex.emit(ctx, "building", job=job, where=where)
-            result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
-                ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
+            watch = ex.watch_build(ctx, job, not ex.contain) if ex.watch_build else contextlib.nullcontext()
+            with watch:
+                if ex.contain:
+                    from aitune_ray.build_process import run_in_child
+
+                    result = run_in_child(ctx.name, ctx.module, ctx.samples, ctx.device, job, ctx.workdir,
+                                          ex.task_timeout_s, where)
+                else:
+                    result = ex.worker.run(ctx.name, job, stage=lambda event: ex.emit(
+                        ctx, event, job=job, where=where, elapsed_s=time.monotonic() - started))
             ex.emit(ctx, "done", job=job, status=result.status, where=where, elapsed_s=time.monotonic() - started)
             yield result
 
@@ -64,6 +81,9 @@ class InlineExecutor(Executor):
     the builds before it, and a slow drift (clocks, heat, whatever a build left running) would otherwise
     decide between close candidates. 0 keeps the first numbers.
     progress: called with each progress event (aitune_ray.executor).
+    contain: build each candidate in a child process of its own (see the module docstring); the chosen
+    and the re-measured candidates are then restored here from their results, as a Ray driver does.
+    task_timeout_s: with contain, a build running longer is killed and "timed out".
 
     A job whose backend needs a plan before its build (Backend.plan_key: KernelSelectorBackend's kernel plan)
     gets it here first, from the backend's planner on a LocalRunner, as on Ray from the driver; jobs with
@@ -71,12 +91,16 @@ class InlineExecutor(Executor):
 
     deploys_what_it_measured = True   # materialize() takes the worker's backend, the one the re-measure timed
 
-    def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None):
+    def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None,
+                 contain: bool = False, task_timeout_s: float = 1800.0):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
+        if task_timeout_s <= 0:
+            raise ConfigError(f"task_timeout_s must be positive, got {task_timeout_s}")
         self.remeasure_rounds = remeasure_rounds
         self.progress = progress
-        self.worker = Worker(Path(tempfile.mkdtemp(prefix="aitune-ray-inline-")))
+        self.contain, self.task_timeout_s = contain, task_timeout_s
+        self.worker = Worker(tempdirs.make("inline"))
         self._plans: dict[tuple[str, str], object] = {}   # (module, plan key) -> plan
 
     def _planned(self, context: TuneContext, job: CandidateJob) -> tuple[CandidateJob, BuildResult | None]:

@@ -31,6 +31,17 @@ EXECUTORS = ("ray", "inline")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
+def _called(factory: Callable, kwargs: dict, what: str) -> Any:
+    """factory(**kwargs); what the user's factory raised becomes a ConfigError naming it, in one line."""
+    try:
+        return factory(**kwargs)
+    except (KeyboardInterrupt, SystemExit, ConfigError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's code: whatever it raised is this job's error
+        text = " ".join(str(exc).split())
+        raise ConfigError(f"{what} raised {type(exc).__name__}" + (f": {text[:400]}" if text else "")) from exc
+
+
 # ----- the schema ---------------------------------------------------------------------------------
 @dataclasses.dataclass
 class ModuleSpec:
@@ -62,7 +73,7 @@ class BackendSpec:
 
 @dataclasses.dataclass
 class ExecutorSpec:
-    """type: "ray" or "inline"; the other keys are RayExecutor options (ignored by inline)."""
+    """type: "ray" or "inline"; the other keys are RayExecutor options (inline: task_timeout_s, remeasure_rounds)."""
 
     type: str = "ray"
     address: str | None = None
@@ -76,9 +87,11 @@ class ExecutorSpec:
     log_dir: str | None = None
     remeasure_rounds: int = bounded(30, 1, 100_000)
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
+    contain: bool = True                     # inline only: each build in a child process (false: in this one)
 
     def ray_options(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("type", "address")}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("type", "address", "contain")}
 
 
 @dataclasses.dataclass
@@ -103,10 +116,10 @@ class Job:
         return import_object(self.data, "data")
 
     def make_model(self) -> Any:
-        return self.model_factory()(**self.model_args)
+        return _called(self.model_factory(), self.model_args, f"model: {self.model}")
 
     def make_data(self) -> Any:
-        return self.data_factory()(**self.data_args)
+        return _called(self.data_factory(), self.data_args, f"data: {self.data}")
 
     def module_specs(self) -> list[ModuleSpec]:
         return [m for m in self.modules if isinstance(m, ModuleSpec)]

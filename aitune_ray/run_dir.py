@@ -9,6 +9,12 @@ leaves the old file or the new one, never half of one):
     <module>/samples.json             their structure (plain JSON: nothing is ever pickled)
     <module>/baseline.json            the eager baseline timings
     <module>/results/<key>.json       one per finished candidate: its job and its result record
+    <module>/started/<key>.json       one per inline candidate whose build began and has no result yet
+    <module>/started/<key>.crash      a build in the driver's own process (inline, not contained): where a
+                                      fatal signal (segfault, abort) ended the driver during it, the
+                                      faulthandler's report; a resume then records that build as crashed
+                                      instead of building it again (a driver killed from outside, SIGKILL,
+                                      leaves it empty: the build runs again)
     <module>/artifacts/<key>/<name>   that candidate's artifact files
 
 JournalingExecutor wraps another executor (inline or Ray). It stores the samples, the baseline and each
@@ -20,12 +26,16 @@ jobs that are missing. Finalists are re-measured side by side as usual, replayed
 from __future__ import annotations
 
 import collections
+import contextlib
+import faulthandler
+import glob
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,8 +45,9 @@ import aitune_ray.artifacts as artifacts
 import aitune_ray.version as version
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
+from aitune_ray.failures import log_hint
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, BuildResult, CandidateJob
+from aitune_ray.results import CANCELLED, CRASHED, BuildResult, CandidateJob
 from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
 
 logger = logging.getLogger(__name__)
@@ -167,20 +178,34 @@ class RunFolder:
             raise ConfigError(f"mode must be resume, fresh or new, got {mode!r}")
         path = Path(path)
         identity = {"format": FORMAT, **package_identity(), **(identity or {})}
+        try:
+            return cls._open(path, identity, mode)
+        except OSError as exc:
+            raise RunFolderError(f"run folder {path} cannot be written ({exc.strerror or exc}); choose another "
+                                 "with --run-dir") from exc
+
+    @classmethod
+    def _open(cls, path: Path, identity: dict, mode: str) -> "RunFolder":
         meta = path / "run.json"
         if path.exists() and not path.is_dir():
             raise RunFolderError(f"run folder {path} is a file, not a folder")
-        if mode == "new" and meta.is_file():
-            if not _read_json(meta).get("complete"):
+        _remove_set_aside(path)
+        stored = _read_json(meta) if meta.is_file() else None
+        if stored is not None and not has_work(path):
+            # Nothing was tuned yet (the job failed before its first baseline or result): nothing to resume
+            # or to protect, so any mode starts over (a corrected job is not locked out by a failed start).
+            mode = "fresh"
+        if mode == "new" and stored is not None:
+            if not stored.get("complete"):
                 raise RunFolderError(f"run folder {path} holds an unfinished run of a job: --resume continues "
                                      "it, --fresh starts over")
             mode = "fresh"
-        if mode == "fresh" and path.exists():
-            if any(path.iterdir()) and not meta.is_file():
-                raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
-            shutil.rmtree(path)
-        if meta.is_file():
-            stored = _read_json(meta)
+        if path.exists() and stored is None and any(path.iterdir()):
+            raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
+        if mode == "fresh" and stored is not None:
+            clear(path)
+            stored = None
+        if stored is not None:
             differ = sorted(k for k in set(identity) | set(stored.get("identity", {}))
                             if identity.get(k) != stored.get("identity", {}).get(k))
             if differ:
@@ -190,9 +215,7 @@ class RunFolder:
                                      "--fresh (or another run folder) starts over")
             logger.info("resuming the run in %s", path)
         else:
-            if path.exists() and any(p.name != "run.json" for p in path.iterdir()):
-                raise RunFolderError(f"{path} is not a run folder (it has no run.json); it is left alone")
-            _write_json(meta, {"identity": identity, "complete": False})
+            _create(path, {"identity": identity, "complete": False})
         return cls(path, identity)
 
     def module(self, name: str) -> "ModuleJournal":
@@ -247,11 +270,54 @@ class ModuleJournal:
     def _result_path(self, key: str) -> Path:
         return self.folder / "results" / f"{artifacts.safe_name(key)}.json"
 
+    def _started_path(self, key: str) -> Path:
+        return self.folder / "started" / f"{artifacts.safe_name(key)}.json"
+
+    @contextlib.contextmanager
+    def building(self, job: CandidateJob, in_process: bool) -> Iterator[None]:
+        """Around job's build: it is recorded as started first; in the driver's own process (in_process), a
+        fatal signal during it has the faulthandler write its report beside that record, for a resume."""
+        marker = self._started_path(job.key)
+        _write_json(marker, {"job": job.to_dict(), "in_process": in_process, "pid": os.getpid()})
+        if not in_process:
+            yield
+            return
+        crash = marker.with_suffix(".crash")
+        was_enabled = faulthandler.is_enabled()
+        with open(crash, "w") as report:
+            faulthandler.enable(file=report)
+            try:
+                yield
+            finally:
+                faulthandler.disable()
+                if was_enabled:   # as it was, on the process's own stderr (sys.stderr may be a capture)
+                    with contextlib.suppress(Exception):
+                        faulthandler.enable(file=sys.__stderr__)
+        crash.unlink(missing_ok=True)
+
+    def _crashed_driver(self, job: CandidateJob) -> BuildResult | None:
+        """A crashed result for job when an earlier driver built it in its own process and a fatal signal
+        ended that driver during the build (its faulthandler report is there); else None (build it)."""
+        marker, crash = self._started_path(job.key), self._started_path(job.key).with_suffix(".crash")
+        try:
+            fatal = crash.read_text(errors="replace").strip()
+        except OSError:
+            return None
+        if not fatal or not marker.is_file() or _read_json(marker).get("job") != json.loads(json.dumps(job.to_dict())):
+            return None
+        hint = log_hint(str(crash)) or fatal.splitlines()[0]
+        logger.warning("[%s] %s ended the driver process during its build (%s): recorded as crashed, not built "
+                       "again (--fresh builds it again)", self.name, job.key, hint)
+        return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=CRASHED,
+                           error_type="DriverCrashed",
+                           error=f"its build ended the driver process: {hint} (inline executor, not contained; "
+                                 f"report: {crash})", log_path=str(crash))
+
     def stored(self, job: CandidateJob, workdir: Path) -> BuildResult | None:
         """job's stored result, its artifacts copied into workdir; None when it has none."""
         path = self._result_path(job.key)
         if not path.is_file():
-            return None
+            return self._crashed_driver(job)
         record = _read_json(path)
         if record.get("job") != json.loads(json.dumps(job.to_dict())):
             raise RunFolderError(f"run folder {self.folder.parent}: candidate {job.key} of {self.name} was run "
@@ -284,6 +350,46 @@ class ModuleJournal:
                 continue   # a URL stays a URL
             record["artifacts"][name] = {"file": str(target.relative_to(self.folder))}
         _write_json(self._result_path(job.key), {"job": job.to_dict(), "result": record})
+        self._started_path(job.key).unlink(missing_ok=True)
+        self._started_path(job.key).with_suffix(".crash").unlink(missing_ok=True)
+
+
+def has_work(path: Path) -> bool:
+    """Whether a run folder holds anything tuned: an eager baseline or a candidate's result."""
+    return any(path.glob("*/baseline.json")) or any(path.glob("*/results/*.json"))
+
+
+SET_ASIDE = ".removing-"
+
+
+def clear(path: Path) -> None:
+    """Remove a run folder so that a kill at any moment leaves either the whole folder or none at path: it is
+    renamed aside first (one atomic step), then deleted; what a kill leaves aside goes at the next open."""
+    aside = path.with_name(f".{path.name}{SET_ASIDE}{os.getpid()}-{os.urandom(4).hex()}")
+    os.rename(path, aside)
+    shutil.rmtree(aside)
+
+
+def _remove_set_aside(path: Path) -> None:
+    """Remove what an earlier clear() renamed aside and did not get to delete (its process was killed)."""
+    for aside in path.parent.glob(f".{glob.escape(path.name)}{SET_ASIDE}*"):
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _create(path: Path, meta: dict) -> None:
+    """The folder with its run.json, made beside it and renamed into place: a kill leaves it whole or absent.
+    An empty folder already at path (made by the user) is replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}{SET_ASIDE}{os.getpid()}-{os.urandom(4).hex()}")
+    staging.mkdir()
+    try:
+        _write_json(staging / "run.json", meta)
+        if path.is_dir():
+            path.rmdir()   # empty (checked by the caller)
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
@@ -332,9 +438,17 @@ class JournalingExecutor(Executor):
     class's defaults would silently change what the inner executor does (a release never sent keeps every
     build alive until the decision). tests/test_run_dir_seam.py checks that each one is defined here."""
 
+    # The journal watches the inner executor's builds itself (it sets inner.watch_build): no one watches
+    # builds through this wrapper.
+    watch_build = None
+
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
+        inner.watch_build = self._watch_build
+
+    def _watch_build(self, context: TuneContext, job: CandidateJob, in_process: bool):
+        return self._journal(context).building(job, in_process)
 
     @property
     def progress(self):
@@ -355,7 +469,13 @@ class JournalingExecutor(Executor):
         self.inner.open()
 
     def close(self) -> None:
+        self.detach()
         self.inner.close()
+
+    def detach(self) -> None:
+        """Stop listening to the wrapped executor's builds (it may be used again without this journal)."""
+        if self.inner.watch_build == self._watch_build:
+            self.inner.watch_build = None
 
     def resolve_device(self, device) -> torch.device:
         return self.inner.resolve_device(device)

@@ -124,26 +124,34 @@ def tune_modules(modules: Iterable, device=None, executor: Executor | None = Non
             from aitune_ray.run_dir import journaled
 
             executor = journaled(executor, run_dir)
-        dev = executor.resolve_device(device)
-        for module in modules:
-            try:
-                report.modules.append(_tune_one(module, dev, executor))
-            except (KeyboardInterrupt, SystemExit):
-                module.stay_eager("interrupted")
-                raise
-            except RunFolderError:   # the run folder is not this run's: nothing is tuned against it
-                module.stay_eager("the run folder was refused")
-                raise
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-                module.stay_eager(reason)
-                if module.report is not None and module.report not in report.modules:
-                    report.modules.append(module.report)
-                report.failures[module.name] = reason
-                logger.error("%s stays eager: %s", module.name, reason)
-                if raise_errors:
-                    raise
+        try:
+            _tune_all(modules, executor, device, report, raise_errors)
+        finally:
+            if run_dir is not None:
+                executor.detach()
     return report
+
+
+def _tune_all(modules: list, executor: Executor, device, report: TuningReport, raise_errors: bool) -> None:
+    dev = executor.resolve_device(device)
+    for module in modules:
+        try:
+            report.modules.append(_tune_one(module, dev, executor))
+        except (KeyboardInterrupt, SystemExit):
+            module.stay_eager("interrupted")
+            raise
+        except RunFolderError:   # the run folder is not this run's: nothing is tuned against it
+            module.stay_eager("the run folder was refused")
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            module.stay_eager(reason)
+            if module.report is not None and module.report not in report.modules:
+                report.modules.append(module.report)
+            report.failures[module.name] = reason
+            logger.error("%s stays eager: %s", module.name, reason)
+            if raise_errors:
+                raise
 
 
 def _devices_are_local(executor: Executor | None) -> bool:

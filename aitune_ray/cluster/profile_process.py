@@ -29,7 +29,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from typing import Any, Callable, Sequence
@@ -37,6 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from aitune_ray import tempdirs
 from aitune_ray.device import module_device
 from aitune_ray.errors import AITuneRayError
 from aitune_ray.failures import short
@@ -71,7 +71,7 @@ class ProfileChild:
     the GPU is a handful of tiny kernels (microseconds of GPU time) beside whatever the driver times then."""
 
     def __init__(self, device: str = "cpu"):
-        self.folder = tempfile.mkdtemp(prefix="aitune-ray-profile-")
+        self.folder = str(tempdirs.make("profile"))
         self._err_path = os.path.join(self.folder, "stderr.txt")
         env = dict(os.environ)
         # The child imports what this process can: the project, and the user's modules named by the pickle.

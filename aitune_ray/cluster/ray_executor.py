@@ -25,7 +25,6 @@ import copy
 import logging
 import os
 import platform
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
 from aitune_ray.bytecode import advice, uncached
+from aitune_ray import tempdirs
 from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
@@ -91,6 +91,7 @@ def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None
     if own and not keep_logs:
         shutil.rmtree(own, ignore_errors=True)
     elif own:
+        tempdirs.keep(own)
         logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
 
 
@@ -109,6 +110,32 @@ def _stop_local_monitor() -> bool:
                 process.wait(timeout=1)
             killed = True
     return killed
+
+
+def _token_auth_said() -> None:
+    """Ray turns token authentication on for a Ray that ray.init() starts here, and warns that it did, unless
+    RAY_AUTH_MODE says so explicitly. Token it is, said explicitly (RAY_AUTH_MODE=token, as Ray itself sets
+    it): the same protection, without a warning the user of this job can do nothing about. An explicit
+    RAY_AUTH_MODE is left as it is."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    try:   # Ray's own step (ray 2.60): the variable, and Ray's cached config read again
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:
+        return   # another Ray: it decides, and says so, itself
+    _enable_token_auth()
+
+
+def _watch_session():
+    """A SessionReaper for the Ray just started here (None when its session folder is not known)."""
+    from aitune_ray.cluster.session_reaper import SessionReaper
+
+    try:
+        session_dir = ray._private.worker._global_node.get_session_dir_path()   # Ray's handle on its session
+    except Exception as exc:  # noqa: BLE001 - Ray's internals moved: the session ends as Ray ends it
+        logger.debug("the local Ray's session folder is not known (%s): no watcher for it", exc)
+        return None
+    return SessionReaper(session_dir)
 
 
 class RayExecutor(Executor):
@@ -177,6 +204,7 @@ class RayExecutor(Executor):
         self._driver_baseline: set[str] = set()   # modules whose eager baseline this driver times
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
         self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
+        self._reaper = None                    # ends the local Ray started here should this process die
 
     # ----- lifecycle ----------------------------------------------------------------------------
     @property
@@ -222,19 +250,21 @@ class RayExecutor(Executor):
                 ray.init(address=address)
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
+                _token_auth_said()
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
                 # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
                 # server, which this job's own Ray does not serve (lean_start).
                 self.started_lean = lean_start.start(lambda: ray.init(
                     include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
                     _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
+                self._reaper = _watch_session()
             self._own_ray = True
         resources = ray.cluster_resources()
         self._close_layout("no batch had come when Ray was up")
         size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
         if not self._local:
             self._driver_turns = self._driver_uses_the_gpu(size)
-        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
+        log_dir = self.log_dir or str(tempdirs.make("logs"))
         self._own_log_dir = None if self.log_dir else log_dir
         self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
                                turns=self._driver_turns,
@@ -324,6 +354,9 @@ class RayExecutor(Executor):
                     logger.debug("the local Ray's monitor was not stopped first: %s", exc)
             ray.shutdown()
             self.shutdown_s = time.perf_counter() - started
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
         self._own_ray = self._local = self._driver_turns = False
 
     def resolve_device(self, device) -> torch.device:

@@ -1,0 +1,207 @@
+"""A driver that started Ray on this machine and is SIGKILLed leaves nothing behind: its Ray session's
+processes end at once (the session reaper), its temporary folders go at the next start (tempdirs), and
+its Ray printed no token warning (the local executor asks for token authentication explicitly)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from aitune_ray import tempdirs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DRIVER = """
+import sys
+from aitune_ray.cluster import RayExecutor
+import ray
+
+executor = RayExecutor(max_actors=1, warm_up="off")
+executor.open()
+executor.resolve_device("cpu")
+assert executor.pool is not None
+print("SESSION", ray._private.worker._global_node.get_session_dir_path(), flush=True)
+sys.stdin.read()   # until the test kills this process
+"""
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    """Poll condition until it holds (True) or timeout_s passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.slow
+def test_a_killed_drivers_ray_session_and_temporary_folders_do_not_outlive_it(tmp_path):
+    pytest.importorskip("ray")
+    from aitune_ray.cluster.session_reaper import session_processes
+
+    ray_tmp = tempfile.mkdtemp(prefix="rr-", dir="/tmp")   # short: Ray's socket paths must fit
+    env = dict(os.environ, HOME=str(tmp_path), TMPDIR=str(tmp_path), RAY_TMPDIR=ray_tmp,
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
+    stderr = open(tmp_path / "driver.err", "w")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=stderr, text=True)
+    session = ""
+    try:
+        for line in driver.stdout:   # blocks until the driver's Ray and actor are up; no timing involved
+            if line.startswith("SESSION "):
+                session = line.split(" ", 1)[1].strip()
+                break
+        assert session, (tmp_path / "driver.err").read_text()[-3000:]
+        assert session_processes(session), "no process names the session folder"
+        own = [p for p in tmp_path.iterdir() if p.name.startswith(f"aitune-ray-logs-p{driver.pid}-")]
+        assert own, sorted(p.name for p in tmp_path.iterdir())
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        # Ray's agents alone lived 60-120 s past such a kill; the reaper ends them within seconds.
+        assert wait_until(lambda: not session_processes(session), 30), session_processes(session)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        for pid in session_processes(session) if session else []:
+            os.kill(pid, signal.SIGKILL)
+        stderr.close()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert "Token authentication" not in (tmp_path / "driver.err").read_text()
+    assert set(tempdirs.sweep(tmp_path)) >= set(own) and not any(p.exists() for p in own)
+
+
+def test_the_sweep_removes_only_folders_of_owners_that_are_gone(tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    if tempdirs.owner_alive(dead_pid):
+        pytest.skip("the pid was reused at once")
+    dead = tmp_path / f"aitune-ray-work-p{dead_pid}-abc"
+    kept = tmp_path / f"aitune-ray-logs-p{dead_pid}-def"
+    alive = tmp_path / f"aitune-ray-work-p{os.getpid()}-ghi"
+    other = tmp_path / f"something-p{dead_pid}-jkl"
+    for folder in (dead, kept, alive, other):
+        folder.mkdir()
+        (folder / "f").write_text("x")
+    tempdirs.keep(kept)
+    assert tempdirs.sweep(tmp_path) == [dead]
+    assert not dead.exists() and kept.exists() and alive.exists() and other.exists()
+
+
+REAPED_DRIVER = """
+import sys
+from aitune_ray.cluster.session_reaper import SessionReaper
+
+reaper = SessionReaper(sys.argv[1])
+print("WATCHED", flush=True)
+sys.stdin.read()   # until the test kills this process
+"""
+
+
+def test_the_session_reaper_ends_the_sessions_processes_when_its_driver_is_killed(tmp_path):
+    """A process that names the session folder and would live 10 minutes ends once the driver that watched
+    the session is SIGKILLed; a driver that closes its reaper itself leaves such a process alone."""
+    from aitune_ray.cluster.session_reaper import session_processes
+
+    session = str(tmp_path / "session_2026-01-01_00-00-00_000000_1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", session])
+    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER, session], cwd=ROOT, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().startswith("WATCHED")
+        assert sleeper.pid in session_processes(session)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        sleeper.wait(timeout=120)   # returns as soon as the reaper killed it; 600 s otherwise
+        assert sleeper.returncode in (-signal.SIGTERM, -signal.SIGKILL)
+    finally:
+        for proc in (driver, sleeper):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        driver.stdout.close()
+
+
+def test_a_closed_session_reaper_kills_nothing(tmp_path):
+    from aitune_ray.cluster.session_reaper import SessionReaper
+
+    session = str(tmp_path / "session_closed")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", session],
+                               stdin=subprocess.PIPE)
+    try:
+        reaper = SessionReaper(session)
+        reaper.close()   # waits for the watcher to end
+        assert reaper.proc is None and sleeper.poll() is None
+    finally:
+        sleeper.stdin.close()
+        sleeper.wait(timeout=60)
+    assert sleeper.returncode == 0
+
+
+@pytest.mark.slow
+def test_ray_job_submit_under_token_authentication_as_documented(tmp_path):
+    """docs/cluster.md's secure way on a one-machine cluster: `ray start --head` with RAY_AUTH_MODE=token and
+    the dashboard on 127.0.0.1; `ray job submit` passes the token when RAY_AUTH_MODE=token is set where it
+    runs (the token from RAY_AUTH_TOKEN here; ~/.ray/auth_token by default), and is refused without it. The
+    job's own driver connects to the cluster under the token."""
+    from tests.test_cli import free_port, stop_cluster
+
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists():
+        pytest.skip(f"no ray command next to {sys.executable}")
+    token = os.urandom(16).hex()
+    temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")   # short: Ray's socket paths must fit
+    env = dict(os.environ, HOME=str(tmp_path), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, PYTHONPATH="")
+    env.pop("RAY_ADDRESS", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    dashboard = free_port()
+    start = [str(ray_bin), "start", "--head", "--num-cpus=1", f"--port={free_port()}", "--include-dashboard=true",
+             "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--ray-client-server-port={free_port()}",
+             f"--dashboard-agent-listen-port={free_port()}", f"--temp-dir={temp_dir}",
+             f"--object-store-memory={100 * 1024 * 1024}", "--disable-usage-stats"]
+    url = f"http://127.0.0.1:{dashboard}"
+    # The job's driver connects to the cluster (RAY_ADDRESS), as aitune-ray's does: under the token too.
+    submit = [str(ray_bin), "job", "submit", "--address", url, "--", "python", "-c",
+              "import ray; ray.init(); print('job ran on', ray.cluster_resources()['CPU'])"]
+    try:
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        wait_for_dashboard_with_token(url, token)
+        without = {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+        refused = subprocess.run(submit, env=without, capture_output=True, text=True, timeout=300)
+        assert refused.returncode != 0 and "job ran" not in refused.stdout
+        assert "uthenticat" in refused.stdout + refused.stderr, refused.stdout[-2000:] + refused.stderr[-2000:]
+        job = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=300)
+        assert job.returncode == 0 and "job ran" in job.stdout, job.stdout[-3000:] + job.stderr[-3000:]
+    finally:
+        stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def wait_for_dashboard_with_token(url: str, token: str, timeout_s: float = 180) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            raise TimeoutError(f"the Ray dashboard at {url} did not answer in {timeout_s:.0f} s")
+        time.sleep(1)
