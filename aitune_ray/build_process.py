@@ -35,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 def _pickler(module: torch.nn.Module):
-    """cloudpickle where it is installed (on its own, or Ray's copy when the module has classes of the
-    driver's __main__, which plain pickle cannot send); else pickle."""
+    """cloudpickle where it is installed (a module with classes of the driver's __main__ needs it: plain pickle
+    cannot send them); else pickle."""
     try:
         import cloudpickle
 
@@ -44,14 +44,9 @@ def _pickler(module: torch.nn.Module):
     except ImportError:
         pass
     if any(type(m).__module__ == "__main__" for m in module.modules()):
-        try:
-            from ray import cloudpickle
-
-            return cloudpickle
-        except ImportError as exc:
-            raise ImportError("the module has classes defined in the script that runs (__main__): sending "
-                              "them to a build process needs cloudpickle (pip install cloudpickle), or build "
-                              "in this process (contain=False)") from exc
+        raise ImportError("the module has classes defined in the script that runs (__main__): sending them to a "
+                          "build process needs cloudpickle (pip install cloudpickle), or build in this process "
+                          "(contain=False)")
     return pickle
 
 
