@@ -29,6 +29,16 @@ def python_blocks() -> list:
     return params
 
 
+def test_ci_runs_the_readmes_first_command_as_written():
+    """.ci/run runs the README's first command in a fresh copy of the repository: the same text, so that
+    what a new user types first is what CI proves exits 0."""
+    script = (REPO / ".ci" / "run").read_text()
+    (command,) = re.findall(r"^FIRST_COMMAND='(.*)'$", script, re.M)
+    first_block = re.search(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+    assert first_block is not None and first_block[1].strip() == command
+    assert 'bash -c "$FIRST_COMMAND"' in script and "[test]" not in command
+
+
 def test_every_doc_has_a_python_block():
     names = {p.values[0] for p in python_blocks()}
     assert names == {d.relative_to(REPO).as_posix() for d in DOCS}

@@ -4,9 +4,9 @@ report command re-rendering from JSON, and columns the decision rule adds."""
 from __future__ import annotations
 
 import dataclasses
-import re
-
 import json
+import re
+import sys
 
 import pytest
 from PIL import Image
@@ -99,6 +99,20 @@ def test_report_command_renders_the_same_files_again(quick_report, tmp_path):
     assert (tmp_path / "mlp.md").read_text() == quick_report.read_text()
     assert (tmp_path / "mlp.html").read_text() == quick_report.with_suffix(".html").read_text()
     assert (tmp_path / "mlp-timeline.png").stat().st_size > 1000
+
+
+def test_without_matplotlib_the_tables_are_written_and_no_picture(quick_report, tmp_path, monkeypatch, capsys):
+    """matplotlib is the 'report' extra: without it the report command (and a job's report) still writes the
+    Markdown and HTML with every table, says how to get the pictures, and leaves no picture behind."""
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib raises ImportError
+    assert main(["report", str(quick_report.with_suffix(".json")), "--out", str(tmp_path)]) == 0
+    text, page = (tmp_path / "mlp.md").read_text(), (tmp_path / "mlp.html").read_text()
+    for written in (text, page):
+        assert "TorchEagerBackend" in written and "RaisingBackend" in written and "aitune-ray[report]" in written
+    assert "<table" in page and "data:image/png" not in page and "![" not in text
+    assert not list(tmp_path.glob("*.png"))
 
 
 def test_report_command_rejects_what_is_not_a_run(tmp_path, capsys):

@@ -42,6 +42,10 @@ def blocks(run: dict) -> list[tuple]:
             out.append(("table", f"kernel plan of {users}", plan_head, plan_rows))
     for name, why in (report.get("failures") or {}).items():
         out += [("heading", 3, str(name)), ("text", f"Stayed eager: {why}")]
+    if not can_draw():
+        out.append(("text", "No pictures: drawing them needs matplotlib (pip install 'aitune-ray[report]'); "
+                    "'aitune-ray report' on this report's JSON draws them afterwards."))
+        return out
     out.append(("heading", 2, "Throughput"))
     out.append(("image", "throughput", "Throughput per candidate and batch size against eager; whiskers: the "
                 "speedup interval where the decision recorded one, else the p90-to-p50 latency range."))
@@ -53,11 +57,11 @@ def blocks(run: dict) -> list[tuple]:
 
 def images(run: dict) -> dict[str, bytes | None]:
     """The PNGs the blocks name: {"throughput": ..., "timeline": ...} (None where there is nothing to draw)."""
-    try:
-        from aitune_ray.report.plots import colours, throughput_png, timeline_png
-    except ImportError as exc:   # matplotlib is an extra: the tables are written without pictures
-        logger.warning("no report pictures (%s): install 'aitune-ray[report]'", exc)
+    if not can_draw():   # matplotlib is an extra: the tables and plain lines are written without pictures
+        logger.info("no report pictures: matplotlib is not installed (the 'report' extra)")
         return {"throughput": None, "timeline": None}
+    from aitune_ray.report.plots import colours, throughput_png, timeline_png
+
     report = run.get("report") or {}
     modules = [module_report(m) for m in report.get("modules", [])]
     bars = spans(run.get("events") or [])
@@ -65,6 +69,15 @@ def images(run: dict) -> dict[str, bytes | None]:
     palette = colours([r.backend for m in modules for r in m.results] + [s.candidate for s in bars])
     return {"throughput": throughput_png(modules, str(run.get("host") or ""), palette),
             "timeline": timeline_png(bars, palette)}
+
+
+def can_draw() -> bool:
+    """Whether matplotlib can be imported here (the pictures need it; everything else does not)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _facts(run: dict) -> list[tuple[str, str]]:
