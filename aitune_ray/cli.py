@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "the data, tune the modules, write the checkpoint and the report, check the "
                                "checkpoint loads. Paths in the job file are relative to the current directory.")
     tune.add_argument("job", help="job file (YAML)")
-    tune.add_argument("--executor", choices=["ray", "inline"], help="where builds run (overrides executor.type)")
+    tune.add_argument("--executor", choices=["auto", "ray", "inline"], help="where builds run (overrides "
+                      "executor.type; auto: Ray with GPUs here or a cluster address, else inline)")
     tune.add_argument("--address", help="Ray cluster address (overrides executor.address; default: RAY_ADDRESS, "
                       "else a local Ray on this machine)")
     tune.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides device)")
@@ -185,7 +186,7 @@ def apply_overrides(job, args: argparse.Namespace) -> None:
     if args.executor:
         job.executor.type = args.executor
     if args.address:
-        if job.executor.type != "ray":
+        if job.executor.type == "inline":
             raise ConfigError("--address: an address needs the ray executor, not inline")
         job.executor.address = args.address
     if args.device:
@@ -402,7 +403,13 @@ def write_report(job, job_path: Path, device, report, elapsed_s: float, check: d
 
 # ----- executors and progress ------------------------------------------------------------------------
 def make_executor(job, progress=None):
-    """The job's executor, reporting progress to progress(event). The inline path never imports Ray."""
+    """The job's executor, reporting progress to progress(event); an "auto" type is decided here (the rule:
+    aitune_ray/executor_choice.py), said in one line, and recorded in the job. The inline path never imports Ray."""
+    from aitune_ray.executor_choice import choose_executor
+
+    choice = choose_executor(job.executor.type, job.executor.address, job.device)
+    say(choice.line())
+    job.executor.type = choice.kind
     if job.executor.type == "inline":
         from aitune_ray.inline import InlineExecutor
 
