@@ -382,21 +382,41 @@ def check_loaded_speed(job, root, output: Path, device) -> dict:
             say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
             original.use_backend(None)
             results[original.name]["fell_back_to"] = "eager"
+            kept_eager_after_load(original.report, results[original.name])
             rewrite = True
     if rewrite:
         ait.save(root, output)
         say(f"checkpoint written again: {output}")
+        from aitune_ray.report.answer import answer
+
+        for module in find_modules(root).values():
+            if module.report is not None:
+                say(f"answer after the check as loaded: {answer(module.report)}")
     return results
+
+
+def kept_eager_after_load(report, check: dict) -> None:
+    """Record in the module's report that the checkpoint keeps it eager after its check as loaded, as the
+    post-deploy check records a fallback: the report's decision, answer and rows then say what the file holds."""
+    if report is None:
+        return
+    entry = {"key": report.chosen, "backend": check["backend"], "verdict": check["verdict"],
+             "reason": check["reason"], "fell_back_to": "eager", "as_loaded": True}
+    report.deploy_checks.append(entry)
+    report.decision += (f"; as loaded from the checkpoint, {check['backend']} lost to eager ({check['reason']}), "
+                        "so the checkpoint keeps eager")
+    report.chosen = None
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:
     """The job's report files: Markdown, HTML, PNGs and the JSON they are rendered from (aitune_ray.report),
     at the job's report path, else next to its checkpoint."""
     from aitune_ray.report import write_reports
+    from aitune_ray.report.fitness import host_state
 
     data = {"job_path": str(job_path), "job": dataclasses.asdict(job), "host": platform.node(),
             "device": str(device), "elapsed_s": elapsed_s, "checkpoint": str(job.output) if check else None,
-            "checkpoint_check": check, "report": report.to_dict(), "events": list(events)}
+            "checkpoint_check": check, "report": report.to_dict(), "events": list(events), "host_state": host_state()}
     written = write_reports(data, job.report or Path(job.output).with_suffix(".md"))
     say(f"report: {written['md']}, {written['html']} and {written['json']}")
 

@@ -210,8 +210,10 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
         resolve_device(device)  # fail before recording when this machine lacks the device
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
-    with _opened(executor) as executor:   # a Ray executor's actors start up while this process records
+    with _opened(executor, device) as executor:   # a Ray executor's actors start up while this process records
         modules = _record(func, dataset)
         report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir)
-    logger.info("tuning finished\n%s", report.markdown())
+    from aitune_ray.report.answer import answer
+
+    logger.info("tuning finished: %s", " ".join(answer(m) for m in report.modules) or "no module was tuned")
     return report
