@@ -57,7 +57,7 @@ def test_markdown_answers_first_then_a_narrow_summary_and_details(quick_report):
     assert re.fullmatch(r"[0-9.]+x( \[[0-9.]+, [0-9.]+\])?", chosen[head.index("speedup [95% interval]")])
     # the details of each candidate, below the summary
     assert re.search(r"#### RaisingBackend[^\n]*: error\n", text) and "- error: " in text and "this backend always fails to build" in text
-    assert re.search(r"- bs 16: speedup [0-9.]+x; [0-9.]+ ms/call in a serving loop; single calls p50/p90 [0-9.]+/", text)
+    assert re.search(r"- bs 16: speedup [0-9.]+x( \[[^\]]+\])?; [0-9.,]+ ms/call in a serving loop; single calls p50/p90 [0-9.]+/", text)
     assert "- Decision: chose TorchEagerBackend" in text
     # the post-deploy check is in the job's report too (this job turned performance validation off)
     assert "Post-deploy check (the wrapped Module, as deployed, against eager): TorchEagerBackend: skipped: " \
