@@ -56,7 +56,9 @@ def library_status(name: str) -> dict:
     try:
         if importlib.util.find_spec(name.partition(".")[0]) is None:
             return {"version": version, "ok": False, "error": "not installed", "extra": extra}
-        module = importlib.import_module(name)
+        from aitune_ray.quiet import import_quietly
+
+        module = import_quietly(name)
     except Exception as exc:  # noqa: BLE001 - a broken install raises anything
         return {"version": version, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300], "extra": extra}
     version = version or getattr(module, "__version__", None)
