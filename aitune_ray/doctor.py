@@ -137,10 +137,13 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
 
 
 def provider_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
-    """For each kernel provider: can it run here (every attention provider needs CUDA)."""
+    """For each kernel provider: can it run here. PyTorch's flash SDPA has a CPU kernel of its own
+    (aten._scaled_dot_product_flash_attention_for_cpu, which TorchSDPAKernelProvider calls there); its cuDNN
+    and efficient kernels and every library's attention need CUDA."""
     from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
-    out = [{"name": "TorchSDPA (flash, cuDNN, efficient)", "devices": ["cuda"] if cuda else [],
+    out = [{"name": "TorchSDPA (flash)", "devices": ["cuda", "cpu"] if cuda else ["cpu"], "missing": [], "install": ""},
+           {"name": "TorchSDPA (cuDNN, efficient)", "devices": ["cuda"] if cuda else [],
             "missing": [] if cuda else ["a CUDA GPU"], "install": ""}]
     for cls in LibraryAttentionProvider.__subclasses__():
         lib = libraries.get(cls.module_name) or library_status(cls.module_name)

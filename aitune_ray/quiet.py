@@ -22,6 +22,7 @@ NOISE: dict[str, dict[str, list]] = {
     # need them), and torch's deprecation of its Enum registrations, which torchao makes
     "import torchao": {"warnings": [], "logs": [
         ("torchao", r"Failed to load .*_C.*\.so"),
+        ("torchao.kernel.intmm", r"Detected no triton"),
         ("torch.utils._pytree", r"is an Enum subclass and is now natively supported")]},
     # torch.onnx.export(dynamo=True): dynamic_axes is what this exporter is given on purpose (it names the
     # batch axis for both exporters), torchvision's operators are absent, and a _pytree deprecation that
