@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aitune_ray.report.answer import figures, label, speedup_words, verdict
 from aitune_ray.report.tables import batch_sizes, candidate_rows, extra_columns, speedup_text, value_text
-from aitune_ray.tune_strategy.report import ModuleReport, _num
+from aitune_ray.tune_strategy.report import ModuleReport, _num, describe_candidate
 
 EAGER = "TorchEager (baseline)"
 
@@ -23,7 +23,8 @@ def summary_table(module: ModuleReport) -> tuple[list[str], list[list[str]]]:
     for result in module.results:
         words, _ = verdict(module, result)
         found = figures(module, result.key)
-        rows.append([label(result), words, speedup_words(found.get("mix"))]
+        what = describe_candidate(result)   # what a name could hide: layers quantized, an empty kernel plan
+        rows.append([label(result) + (f": {what}" if what else ""), words, speedup_words(found.get("mix"))]
                     + [speedup_words((found.get("bs") or {}).get(bs)) for bs in sizes])
     return head, rows
 
