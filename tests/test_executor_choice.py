@@ -21,7 +21,8 @@ from aitune_ray.tuning import default_executor
     ("ray", None, None, {}, True, 0, "ray", "the job asks for it"),
     ("inline", None, None, {}, True, 4, "inline", "the job asks for it"),
     ("auto", None, None, {}, False, 4, "inline", "Ray is not installed"),
-    ("ray", None, None, {"AITUNE_RAY_EXECUTOR": "inline"}, True, 4, "inline", "AITUNE_RAY_EXECUTOR=inline"),
+    ("auto", None, None, {"AITUNE_RAY_EXECUTOR": "inline"}, True, 4, "inline", "AITUNE_RAY_EXECUTOR=inline"),
+    ("ray", None, None, {"AITUNE_RAY_EXECUTOR": "inline"}, True, 0, "ray", "the job asks for it"),
 ])
 def test_the_choice_and_its_reason(requested, address, device, environ, ray, gpus, kind, says):
     choice = choose_executor(requested, address, device, environ=environ, ray_installed=ray, gpus=gpus)
