@@ -257,7 +257,9 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
                           run_dir=folder)
         tuned_s = time.perf_counter() - started
         say()
-        say(report.markdown())
+        from aitune_ray.report import summary
+
+        say(summary(report))   # the answer first: what to deploy, how much faster
         decided = [m.module for m in report.modules if m.module not in report.failures]
         for name in modules:
             if name not in decided and name not in report.failures:

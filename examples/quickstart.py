@@ -7,6 +7,7 @@ The README's quick start is this file's code (tests/test_docs.py keeps the two t
 import torch
 
 import aitune_ray as ait
+from aitune_ray.report import summary
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -24,7 +25,7 @@ model = ait.Module(make_model(), "mlp", strategy=ait.MaxThroughputStrategy([
 # 2. Tune on real inputs: each call is recorded, then every backend is built, checked and timed against eager.
 dataset = [torch.randn(bs, 128, device=device) for bs in (1, 8, 32)]
 report = ait.tune(model, dataset, device=device)
-print(report.markdown())   # the answer first: what to deploy, and how much faster at each batch size
+print(summary(report))   # the answer first: what to deploy, how much faster at each batch size; then why
 
 # 3. Save the tuned module, then load it into a freshly built model (JIT backends rebuild, AOT ones load).
 ait.save(model, "mlp.ait")

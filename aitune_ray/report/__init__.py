@@ -8,7 +8,7 @@ report (TuningReport.to_dict()), events (what an EventRecorder kept; see aitune_
 host_state (aitune_ray.report.fitness.host_state()). Worker logs a result names are copied beside the report
 (out/job-logs/) and linked there; a log already gone is linked nowhere.
 
-summary(report) is the short form, the answer first, that the CLI prints and TuningReport.markdown() returns.
+summary(report) is the short form of a TuningReport, the answer first, that the CLI prints.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dic
 
 def summary(report) -> str:
     """The short Markdown of a TuningReport (or its to_dict()): the answer per module, the host's fitness,
-    each module's candidates and the decision's reasons."""
+    each module's candidates and the decision's reasons. (TuningReport.markdown() gives every figure.)"""
     from aitune_ray.report import markdown
     from aitune_ray.report.document import blocks
 

@@ -337,11 +337,9 @@ class TuningReport:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def markdown(self) -> str:
-        """The answer per module first (what to deploy, how much faster), then each module's candidates and
-        the decision's reasons (aitune_ray.report.summary; the job's report files hold the details)."""
-        from aitune_ray.report import summary
-
-        return summary(self)
+        parts = [m.markdown() for m in self.modules]
+        parts += [f"### {name}\n\nStayed eager: {why}\n" for name, why in self.failures.items()]
+        return "\n".join(parts)
 
     def to_dict(self) -> dict:
         return {"modules": [m.to_dict() for m in self.modules], "failures": dict(self.failures)}
