@@ -85,22 +85,35 @@ def blocks(run: dict, brief: bool = False) -> list[tuple]:
 
 
 def pieces(text: str, limit: int = LIMIT) -> list[str]:
-    """text as sentences of at most about limit characters: split at sentence ends, then at "; ", then at ", "."""
+    """text as sentences of at most about limit characters: split at sentence ends, then clauses ("; "), then
+    before a parenthesis, then at commas, outside brackets first; a part too long still is split inside them."""
     text = " ".join(str(text).split())
     if len(text) <= limit:
         return [text] if text else []
-    for pattern in (r"(?<=[.!?])\s+(?=[A-Z(])", r";\s+", r",\s+(?=\D)"):
-        parts = [p for p in re.split(pattern, text) if p]
+    for separator, anywhere in ((". ", False), ("; ", False), (" (", False), (", ", False), ("; ", True), (", ", True)):
+        parts = _split(text, separator, anywhere)
         if len(parts) > 1:
             merged: list[str] = []
             for part in parts:
-                joiner = "; " if pattern == r";\s+" else (", " if pattern.startswith(",") else " ")
-                if merged and len(merged[-1]) + len(part) + 2 <= limit:
-                    merged[-1] += joiner + part
+                if merged and len(merged[-1]) + len(part) + 1 <= limit:
+                    merged[-1] += " " + part
                 else:
                     merged.append(part)
             return [q for part in merged for q in pieces(part, limit)]
     return [text[i:i + limit] for i in range(0, len(text), limit)]
+
+
+def _split(text: str, separator: str, anywhere: bool) -> list[str]:
+    """text split at separator (kept: "a;" "b", or "a" "(b" before a parenthesis), outside brackets unless anywhere."""
+    parts, start, depth = [], 0, 0
+    for i, char in enumerate(text):
+        if text.startswith(separator, i) and (anywhere or depth == 0) and i > start:
+            cut = i + 1 if separator != " (" else i
+            parts.append(text[start:cut].strip())
+            start = cut
+        depth += 1 if char in "([" else -1 if char in ")]" and depth > 0 else 0
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
 
 
 def images(run: dict) -> dict[str, bytes | None]:

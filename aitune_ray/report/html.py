@@ -11,9 +11,10 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 76em; color: #222;
        line-height: 1.4; }
 p, li { max-width: 60em; }
-.answer { border-left: 0.35em solid #2e7d32; background: #f1f8f2; padding: 0.5em 1em; font-weight: 600; }
+.answer { border-left: 0.35em solid #2e7d32; background: #f1f8f2; padding: 0.5em 1em; font-weight: 600;
+          margin: 1em 0; }
 .answer p { margin: 0.3em 0; }
-.warning { border-left: 0.35em solid #c62828; background: #fdf1f1; padding: 0.5em 1em; }
+.warning { border-left: 0.35em solid #c62828; background: #fdf1f1; padding: 0.5em 1em; margin: 1em 0; }
 .warning h2 { font-size: 1em; margin: 0.3em 0; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top;
