@@ -258,8 +258,9 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
         tuned_s = time.perf_counter() - started
         say()
         from aitune_ray.report import summary
+        from aitune_ray.report.fitness import host_state
 
-        say(summary(report))   # the answer first: what to deploy, how much faster
+        say(summary(report, host_state()))   # the answer first: what to deploy, how much faster
         decided = [m.module for m in report.modules if m.module not in report.failures]
         for name in modules:
             if name not in decided and name not in report.failures:

@@ -84,11 +84,12 @@ def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dic
                          base=json_path.parent)
 
 
-def summary(report) -> str:
+def summary(report, host_state: dict | None = None) -> str:
     """The short Markdown of a TuningReport (or its to_dict()): the answer per module, the host's fitness,
-    each module's candidates and the decision's reasons. (TuningReport.markdown() gives every figure.)"""
+    each module's candidates and the decision's reasons. (TuningReport.markdown() gives every figure.)
+    host_state: what the process had to measure with (fitness.host_state()), named where the host was unfit."""
     from aitune_ray.report import markdown
     from aitune_ray.report.document import blocks
 
     data = report if isinstance(report, dict) else report.to_dict()
-    return markdown.render(blocks({"report": data}, brief=True))
+    return markdown.render(blocks({"report": data, "host_state": host_state}, brief=True))
