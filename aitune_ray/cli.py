@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "the data, tune the modules, write the checkpoint and the report, check the "
                                "checkpoint loads. Paths in the job file are relative to the current directory.")
     tune.add_argument("job", help="job file (YAML)")
-    tune.add_argument("--executor", choices=["ray", "inline"], help="where builds run (overrides executor.type)")
+    tune.add_argument("--executor", choices=["auto", "ray", "inline"], help="where builds run (overrides "
+                      "executor.type; auto: Ray with GPUs here or a cluster address, else inline)")
     tune.add_argument("--address", help="Ray cluster address (overrides executor.address; default: RAY_ADDRESS, "
                       "else a local Ray on this machine)")
     tune.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides device)")
@@ -211,7 +212,7 @@ def apply_overrides(job, args: argparse.Namespace) -> None:
     if args.executor:
         job.executor.type = args.executor
     if args.address:
-        if job.executor.type != "ray":
+        if job.executor.type == "inline":
             raise ConfigError("--address: an address needs the ray executor, not inline")
         job.executor.address = args.address
     if args.device:
@@ -283,7 +284,10 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
                           run_dir=folder)
         tuned_s = time.perf_counter() - started
         say()
-        say(report.markdown())
+        from aitune_ray.report import summary
+        from aitune_ray.report.fitness import host_state
+
+        say(summary(report, host_state()))   # the answer first: what to deploy, how much faster
         decided = [m.module for m in report.modules if m.module not in report.failures]
         for name in modules:
             if name not in decided and name not in report.failures:
@@ -378,6 +382,12 @@ def check_loaded_speed(job, root, output, device) -> dict:
     if rewrite:
         output.save(root)
         say(f"checkpoint written again: {output.path}")
+        from aitune_ray.module import find_modules
+        from aitune_ray.report.answer import answer
+
+        for module in find_modules(root).values():
+            if module.report is not None:
+                say(f"answer after the check as loaded: {answer(module.report)}")
     return results
 
 
@@ -415,25 +425,46 @@ def _check_loaded(root, fresh, device) -> tuple[dict, bool]:
             say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
             original.use_backend(None)
             results[original.name]["fell_back_to"] = "eager"
+            kept_eager_after_load(original.report, results[original.name])
             rewrite = True
     return results, rewrite
+
+
+def kept_eager_after_load(report, check: dict) -> None:
+    """Record in the module's report that the checkpoint keeps it eager after its check as loaded, as the
+    post-deploy check records a fallback: the report's decision, answer and rows then say what the file holds."""
+    if report is None:
+        return
+    entry = {"key": report.chosen, "backend": check["backend"], "verdict": check["verdict"],
+             "reason": check["reason"], "fell_back_to": "eager", "as_loaded": True}
+    report.deploy_checks.append(entry)
+    report.decision += (f"; as loaded from the checkpoint, {check['backend']} lost to eager ({check['reason']}), "
+                        "so the checkpoint keeps eager")
+    report.chosen = None
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:
     """The job's report files: Markdown, HTML, PNGs and the JSON they are rendered from (aitune_ray.report),
     at the job's report path, else next to its checkpoint."""
     from aitune_ray.report import write_reports
+    from aitune_ray.report.fitness import host_state
 
     data = {"job_path": str(job_path), "job": dataclasses.asdict(job), "host": platform.node(),
             "device": str(device), "elapsed_s": elapsed_s, "checkpoint": str(job.output) if check else None,
-            "checkpoint_check": check, "report": report.to_dict(), "events": list(events)}
+            "checkpoint_check": check, "report": report.to_dict(), "events": list(events), "host_state": host_state()}
     written = write_reports(data, job.report or Path(job.output).with_suffix(".md"))
     say(f"report: {written['md']}, {written['html']} and {written['json']}")
 
 
 # ----- executors and progress ------------------------------------------------------------------------
 def make_executor(job, progress=None):
-    """The job's executor, reporting progress to progress(event). The inline path never imports Ray."""
+    """The job's executor, reporting progress to progress(event); an "auto" type is decided here (the rule:
+    aitune_ray/executor_choice.py), said in one line, and recorded in the job. The inline path never imports Ray."""
+    from aitune_ray.executor_choice import choose_executor
+
+    choice = choose_executor(job.executor.type, job.executor.address, job.device)
+    say(choice.line())
+    job.executor.type = choice.kind
     if job.executor.type == "inline":
         from aitune_ray.inline import InlineExecutor
 

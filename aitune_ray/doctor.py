@@ -56,7 +56,9 @@ def library_status(name: str) -> dict:
     try:
         if importlib.util.find_spec(name.partition(".")[0]) is None:
             return {"version": version, "ok": False, "error": "not installed", "extra": extra}
-        module = importlib.import_module(name)
+        from aitune_ray.quiet import import_quietly
+
+        module = import_quietly(name)
     except Exception as exc:  # noqa: BLE001 - a broken install raises anything
         return {"version": version, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300], "extra": extra}
     version = version or getattr(module, "__version__", None)
@@ -135,10 +137,13 @@ def backend_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
 
 
 def provider_verdicts(libraries: dict[str, dict], cuda: bool) -> list[dict]:
-    """For each kernel provider: can it run here (every attention provider needs CUDA)."""
+    """For each kernel provider: can it run here. PyTorch's flash SDPA has a CPU kernel of its own
+    (aten._scaled_dot_product_flash_attention_for_cpu, which TorchSDPAKernelProvider calls there); its cuDNN
+    and efficient kernels and every library's attention need CUDA."""
     from aitune_ray.kernel_forge.kernel_provider.library_attention import LibraryAttentionProvider
 
-    out = [{"name": "TorchSDPA (flash, cuDNN, efficient)", "devices": ["cuda"] if cuda else [],
+    out = [{"name": "TorchSDPA (flash)", "devices": ["cuda", "cpu"] if cuda else ["cpu"], "missing": [], "install": ""},
+           {"name": "TorchSDPA (cuDNN, efficient)", "devices": ["cuda"] if cuda else [],
             "missing": [] if cuda else ["a CUDA GPU"], "install": ""}]
     for cls in LibraryAttentionProvider.__subclasses__():
         lib = libraries.get(cls.module_name) or library_status(cls.module_name)

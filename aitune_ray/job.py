@@ -27,7 +27,7 @@ STRATEGIES = {
     "FirstWins": "FirstWinsStrategy",
     "OneBackend": "OneBackendStrategy",
 }
-EXECUTORS = ("ray", "inline")
+EXECUTORS = ("auto", "ray", "inline")   # auto: aitune_ray/executor_choice.py
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -73,9 +73,10 @@ class BackendSpec:
 
 @dataclasses.dataclass
 class ExecutorSpec:
-    """type: "ray" or "inline"; the other keys are RayExecutor options (inline: task_timeout_s, remeasure_rounds)."""
+    """type: "auto", "ray" or "inline"; the other keys are RayExecutor options (inline: task_timeout_s,
+    remeasure_rounds, contain)."""
 
-    type: str = "ray"
+    type: str = "auto"                       # auto: Ray with GPUs here or a cluster address, else inline
     address: str | None = None
     gpus_per_actor: float | None = bounded(None, 0, 1024)
     cpus_per_actor: float = bounded(1, 0, 4096)

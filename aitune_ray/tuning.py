@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -42,10 +41,10 @@ def default_strategy(device: torch.device):
 
 
 @contextlib.contextmanager
-def _opened(executor: Executor | None) -> Iterator[Executor]:
-    """executor, opened; None: the default executor, which is also closed at the end."""
+def _opened(executor: Executor | None, device=None) -> Iterator[Executor]:
+    """executor, opened; None: the default executor for device, which is also closed at the end."""
     own = executor is None
-    executor = executor or default_executor()
+    executor = executor or default_executor(device)
     try:
         executor.open()
         yield executor
@@ -54,16 +53,15 @@ def _opened(executor: Executor | None) -> Iterator[Executor]:
             executor.close()
 
 
-def default_executor() -> Executor:
-    """RayExecutor in local single-node mode when ray is installed, else InlineExecutor (with a warning).
-    AITUNE_RAY_EXECUTOR=inline picks the inline executor regardless."""
+def default_executor(device=None) -> Executor:
+    """The executor aitune_ray.executor_choice picks for tuning on device: RayExecutor (local single-node mode,
+    or the cluster RAY_ADDRESS names) or InlineExecutor. AITUNE_RAY_EXECUTOR=inline or =ray decides instead."""
+    from aitune_ray.executor_choice import RAY, choose_executor
     from aitune_ray.inline import InlineExecutor
 
-    if os.environ.get("AITUNE_RAY_EXECUTOR", "").lower() == "inline":
-        return InlineExecutor()
-    if importlib.util.find_spec("ray") is None:
-        logger.warning("ray is not installed: candidates are built inline, one after another "
-                       "(pip install 'aitune-ray[ray]' to build them in parallel)")
+    choice = choose_executor(device=None if device is None else str(device))
+    logger.info("%s", choice.line())
+    if choice.kind != RAY:
         return InlineExecutor()
     from aitune_ray.cluster import RayExecutor
 
@@ -119,7 +117,7 @@ def tune_modules(modules: Iterable, device=None, executor: Executor | None = Non
     report = TuningReport()
     modules = list(modules)
     _unique_names(modules)
-    with _opened(executor) as executor:
+    with _opened(executor, device) as executor:
         if run_dir is not None:
             from aitune_ray.run_dir import journaled
 
@@ -220,8 +218,10 @@ def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | No
         resolve_device(device)  # fail before recording when this machine lacks the device
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
-    with _opened(executor) as executor:   # a Ray executor's actors start up while this process records
+    with _opened(executor, device) as executor:   # a Ray executor's actors start up while this process records
         modules = _record(func, dataset)
         report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir)
-    logger.info("tuning finished\n%s", report.markdown())
+    from aitune_ray.report.answer import answer
+
+    logger.info("tuning finished: %s", " ".join(answer(m) for m in report.modules) or "no module was tuned")
     return report

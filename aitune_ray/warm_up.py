@@ -59,7 +59,9 @@ def _first_compile() -> None:
 
 def _torchao_import() -> None:
     if importlib.util.find_spec("torchao") is not None:
-        importlib.import_module("torchao.quantization")
+        from aitune_ray.quiet import import_quietly
+
+        import_quietly("torchao.quantization")
 
 
 def steps_for(mode: str) -> list[tuple[str, Callable[[], None]]]:

@@ -1,8 +1,8 @@
-"""The job-file reference of the README, generated from the schema's dataclasses so that it cannot drift.
+"""The job-file reference (docs/job.md), generated from the schema's dataclasses so that it cannot drift.
 
     python docs/job_reference.py                  # print the reference
-    python docs/job_reference.py --write README.md    # replace the README's reference with it
-    python docs/job_reference.py --check README.md    # exit 1 when the README's reference differs
+    python docs/job_reference.py --write docs/job.md    # replace the reference in docs/job.md with it
+    python docs/job_reference.py --check docs/job.md    # exit 1 when the reference in docs/job.md differs
 
 Each key's description is the comment on its line in the dataclass (or the class docstring's line for it);
 types and defaults come from the type hints and the dataclass fields themselves.

@@ -1,41 +1,34 @@
 """AITune's quick start, with one import changed: `import aitune.torch as ait` -> `import aitune_ray as ait`.
+The README's quick start is this file's code (tests/test_docs.py keeps the two the same).
 
     python examples/quickstart.py
 """
 
-import logging
-
 import torch
 
 import aitune_ray as ait
-
-logging.basicConfig(level=logging.INFO)
+from aitune_ray.report import summary
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 
-# Any torch model: here a small MLP.
-model = torch.nn.Sequential(
-    torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128),
-).eval().to(device)
 
-# 1. Wrap the module to tune (optionally with a strategy and backends).
-strategy = ait.MaxThroughputStrategy([
+def make_model():   # any torch model: here a small MLP
+    return torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128)).eval().to(device)
+
+
+# 1. Wrap the module to tune, with a strategy over the backends to try.
+model = ait.Module(make_model(), "mlp", strategy=ait.MaxThroughputStrategy([
     ait.backend.TorchInductorJitBackend(),
     ait.backend.ONNXRuntimeBackend(),
-])
-model = ait.Module(model, "mlp", strategy=strategy)
+]))
 
-# 2. Tune on real inputs: every call is recorded, then each backend is built, checked and profiled.
+# 2. Tune on real inputs: each call is recorded, then every backend is built, checked and timed against eager.
 dataset = [torch.randn(bs, 128, device=device) for bs in (1, 8, 32)]
-report = ait.tune(model, dataset, device=device, executor=ait.InlineExecutor())
-print(report.markdown())
+report = ait.tune(model, dataset, device=device)
+print(summary(report))   # the answer first: what to deploy, how much faster at each batch size; then why
 
-# 3. Save the tuned module, then load it into a freshly built model.
+# 3. Save the tuned module, then load it into a freshly built model (JIT backends rebuild, AOT ones load).
 ait.save(model, "mlp.ait")
-fresh = ait.Module(torch.nn.Sequential(
-    torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.Linear(512, 128),
-).eval().to(device), "mlp")
-fresh = ait.load(fresh, "mlp.ait")
-
+fresh = ait.load(ait.Module(make_model(), "mlp"), "mlp.ait")
 x = dataset[1]
 print("max abs difference after load:", (fresh(x) - model(x)).abs().max().item())

@@ -8,6 +8,7 @@ only where none is installed.
 from __future__ import annotations
 
 import html.parser
+import re
 import shutil
 import subprocess
 import sys
@@ -84,11 +85,11 @@ def test_chromium_renders_the_candidates_table_and_the_timeline(report, tmp_path
     dom.feed(dumped.stdout)
     (table,) = dom.tables
     head, rows = table[0], table[1:]
-    assert head[:3] == ["backend", "config", "status"]
-    assert [r[0] for r in rows] == ["TorchEager (baseline)", "RaisingBackend", "TorchEagerBackend (chosen)"]
-    assert rows[1][head.index("status")] == "error"
+    assert head == ["candidate", "verdict", "speedup [95% interval]", "bs 4", "bs 16"]
+    assert [r[0].split(" (")[0] for r in rows] == ["TorchEager", "RaisingBackend", "TorchEagerBackend"]
+    assert [r[head.index("verdict")] for r in rows] == ["baseline", "error", "chosen"]
     images = {image["figure"]: image for image in dom.images}
-    assert set(images) == {"throughput", "timeline"}
+    assert set(images) == {"speedup", "timeline"}
     width, height = (int(v) for v in images["timeline"]["data-decoded"].split("x"))
     assert width >= 600 and height >= 150                  # the embedded PNG decoded in the browser
 
@@ -99,3 +100,53 @@ def test_chromium_renders_the_candidates_table_and_the_timeline(report, tmp_path
         assert image.size == (1280, 1600)
         colours = image.convert("RGB").getcolors(maxcolors=1 << 18)
         assert colours is None or len(colours) > 50       # the page painted text, table and pictures
+
+
+#: Added to a copy of the page only: measures, once laid out, whether the page scrolls sideways and where
+#: each summary table and each verdict cell ends, and writes it into the DOM for the dump.
+LAYOUT = ("<script>window.addEventListener('load', function () { var w = window.innerWidth, out = [];"
+          "document.querySelectorAll('table.candidates').forEach(function (t) {"
+          " out.push('table ' + Math.ceil(t.getBoundingClientRect().right));"
+          " t.querySelectorAll('tbody tr').forEach(function (r) { var c = r.cells[1], b = c.getBoundingClientRect();"
+          "  out.push('verdict ' + Math.ceil(b.right) + ' ' + Math.round(b.width) + ' ' + (c.scrollWidth > c.clientWidth)"
+          "   + ' ' + c.textContent.replace(/ /g, '_')); }); });"
+          "document.body.setAttribute('data-layout', [w, document.documentElement.scrollWidth].concat(out).join(';'));"
+          "});</script>")
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_summary_fits_the_window_and_every_verdict_shows(report, tmp_path, width):
+    """A long decision (many candidates with long names and settings) still lays out without horizontal
+    scrolling, and every verdict cell is inside the window, not clipped."""
+    from aitune_ray.report import render_run_file
+    import json
+
+    run = json.loads(report.with_suffix(".json").read_text())
+    module = run["report"]["modules"][0]
+    template = module["results"][-1]
+    for i in range(12):   # variants with long settings, as a real job's candidates have
+        extra = dict(template, key=f"variant-{i}", backend=f"TorchInductorJitBackend",
+                     spec={"type": "aitune_ray.backend:TorchInductorJitBackend",
+                           "config": {"mode": "max-autotune-no-cudagraphs", "dynamic": bool(i % 2), "options":
+                                      {"triton.cudagraphs": False, "epilogue_fusion": True, "variant": i}}})
+        module["results"].append(extra)
+        module.setdefault("verdicts", {})[extra["key"]] = {
+            "passed": False, "verdict": "inconclusive, eager kept", "interval": {"median": 1.02, "low": 0.731, "high": 1.46},
+            "intervals": {bs: {"median": 1.0, "low": 0.512, "high": 1.53} for bs in module["call_mix"]}}
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps(run))
+    page = render_run_file(wide)["html"]
+    probe = tmp_path / "layout.html"
+    probe.write_text(page.read_text().replace("</body>", LAYOUT + "</body>"))
+    dumped = browser(f"--window-size={width},900", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', dumped.stdout)
+    assert found, dumped.stdout[-2000:]
+    window, scroll, *parts = found[1].split(";")
+    assert int(window) == width and int(scroll) <= width, found[1]         # nothing scrolls sideways
+    tables = [int(p.split()[1]) for p in parts if p.startswith("table ")]
+    verdicts = [p.split(" ", 4)[1:] for p in parts if p.startswith("verdict ")]
+    assert tables and all(right <= width for right in tables), found[1]
+    assert len(verdicts) == 1 + len(module["results"])                    # eager and every candidate
+    for right, cell_width, clipped, text in verdicts:
+        assert int(right) <= width and int(cell_width) > 0 and clipped == "false" and text, found[1]

@@ -1,5 +1,6 @@
-"""The docs: every Python block of the README and of the examples' READMEs runs on the CPU (blocks marked
-`<!-- gpu -->` only where CUDA is), and the README's job-file reference is what the schema says."""
+"""The docs: every Python block of the README, of docs/ and of the examples' READMEs runs on the CPU (blocks
+marked `<!-- gpu -->` only where CUDA is), the README's quick start is examples/quickstart.py, its first
+command is what CI runs, and the job-file reference (docs/job.md) is what the schema says."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "examples").glob("*/README.md"))]
+READMES = [REPO / "README.md", *sorted((REPO / "examples").glob("*/README.md"))]
+DOCS = READMES + sorted((REPO / "docs").glob("*.md"))
+JOB_REFERENCE = REPO / "docs" / "job.md"
 BLOCK = re.compile(r"(?P<mark><!--\s*gpu\s*-->\s*\n)?```python\n(?P<code>.*?)\n```", re.S)
 NEEDS = {"examples/hf_encoder/README.md": "transformers"}
 
@@ -29,9 +32,29 @@ def python_blocks() -> list:
     return params
 
 
-def test_every_doc_has_a_python_block():
+def test_ci_runs_the_readmes_first_command_as_written():
+    """.ci/run runs the README's first command in a fresh copy of the repository: the same text, so that
+    what a new user types first is what CI proves exits 0."""
+    script = (REPO / ".ci" / "run").read_text()
+    (command,) = re.findall(r"^FIRST_COMMAND='(.*)'$", script, re.M)
+    first_block = re.search(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+    assert first_block is not None and first_block[1].strip() == command
+    assert 'bash -c "$FIRST_COMMAND"' in script and "[test]" not in command
+
+
+def test_every_readme_has_a_python_block():
     names = {p.values[0] for p in python_blocks()}
-    assert names == {d.relative_to(REPO).as_posix() for d in DOCS}
+    assert names >= {d.relative_to(REPO).as_posix() for d in READMES}
+
+
+def test_the_quick_start_is_examples_quickstart():
+    """The README's quick-start block and examples/quickstart.py (below its docstring) are the same code."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1]
+    block = BLOCK.search(section)["code"]
+    script = (REPO / "examples" / "quickstart.py").read_text()
+    code = script.split('"""', 2)[2].strip("\n")
+    assert block == code
 
 
 @pytest.mark.parametrize("doc, code", python_blocks())
@@ -52,7 +75,7 @@ def test_python_block_runs(doc, code, tmp_path, monkeypatch):
 
 
 def test_the_job_file_reference_is_the_schemas():
-    done = subprocess.run([sys.executable, str(REPO / "docs" / "job_reference.py"), "--check", str(REPO / "README.md")],
+    done = subprocess.run([sys.executable, str(REPO / "docs" / "job_reference.py"), "--check", str(JOB_REFERENCE)],
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -71,7 +94,7 @@ def test_the_reference_follows_a_changed_schema(monkeypatch):
     class Executor(schema.ExecutorSpec):
         spill_dir: str | None = None   # where spilled objects go
 
-    readme = (REPO / "README.md").read_text()
+    readme = JOB_REFERENCE.read_text()
     assert job_reference.splice(readme, job_reference.reference()) == readme
     monkeypatch.setattr(schema.Job, "__annotations__", dict(schema.Job.__annotations__, executor=Executor))
     generated = job_reference.reference()

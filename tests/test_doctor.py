@@ -75,3 +75,14 @@ def test_one_row_per_node_of_a_cluster_with_fake_gpus(capsys):
     for row in rows:
         assert row["ray_gpus"] == 1 and row["gpus"] == [] and row["target"] == "cpu" and row["can_run"]
         assert any("Ray advertises 1 GPU(s) here but torch sees no CUDA device" in n for n in row["notes"])
+
+
+def test_doctor_and_the_sdpa_provider_agree_on_flash_on_the_cpu():
+    """PyTorch's flash SDPA has a CPU kernel, which the attention example's plan uses there: doctor says so."""
+    from aitune_ray.kernel_forge.kernel_provider.torch_sdpa import backend_op_call, sdpa_backend
+
+    providers = {p["name"]: p for p in doctor.machine_report()["providers"]}
+    assert "cpu" in providers["TorchSDPA (flash)"]["devices"] and not providers["TorchSDPA (flash)"]["missing"]
+    q, k, v = (torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    out = backend_op_call(sdpa_backend("flash"), (q, k, v), {})
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, k, v))

@@ -59,7 +59,7 @@ def test_ray_job_report_draws_one_row_per_gpu_actor(tmp_path, monkeypatch, capsy
     html = report.with_suffix(".html").read_text()
     assert "kernel plan of KernelSelectorBackend" in html and 'id="timeline"' in html
     for name in ("attention.md", "attention.html", "attention.json", "attention-timeline.png",
-                 "attention-throughput.png"):
+                 "attention-speedup.png"):
         keep(tmp_path / name)
     assert main(["inspect", str(tmp_path / "a.ait")]) == 0
     print(capsys.readouterr().out)

@@ -100,7 +100,7 @@ def test_the_cycle_finder_finds_a_cycle():
 #: module or package below aitune_ray (or "actors"); a file belongs to the longest name that contains it.
 LAYERS = (
     ("base", ("version", "errors", "imports", "validate", "registry", "device", "samples", "recording", "frames",
-              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts", "tempdirs")),
+              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts", "tempdirs", "quiet")),
     # one procedure for everything that is chosen, below the strategies and the kernel forge (DESIGN.md)
     ("decision", ("decision",)),
     ("components", ("backend", "kernel_forge")),
@@ -108,7 +108,7 @@ LAYERS = (
     ("worker core and executor seam", ("candidate", "worker", "executor")),
     ("strategies and their reports", ("tune_strategy", "report")),
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
-    ("executors", ("inline", "build_process", "run_dir", "cluster", "doctor", "actors")),
+    ("executors", ("inline", "build_process", "executor_choice", "run_dir", "cluster", "doctor", "actors")),
     # tune(), the Module, and the checkpoint that saves and loads a Module
     ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspect")),
     ("job and command", ("job", "progress", "cli", "__main__", "testing", "")),   # "": the package aitune_ray

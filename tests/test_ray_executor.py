@@ -272,12 +272,17 @@ class TestOneNode:
         assert executor.resolve_device("cpu") == torch.device("cpu")
 
 
-def test_default_executor_is_ray_in_local_mode(monkeypatch):
+def test_default_executor_is_ray_in_local_mode_where_there_are_gpus(monkeypatch):
     from aitune_ray.tuning import default_executor
 
     monkeypatch.delenv("AITUNE_RAY_EXECUTOR", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     executor = default_executor()
     assert isinstance(executor, RayExecutor) and executor.address is None and executor.pool is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert isinstance(default_executor(), InlineExecutor)     # no GPU: a local Ray would run one at a time
     monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
     assert isinstance(default_executor(), InlineExecutor)
 

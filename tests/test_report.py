@@ -4,9 +4,9 @@ report command re-rendering from JSON, and columns the decision rule adds."""
 from __future__ import annotations
 
 import dataclasses
-import re
-
 import json
+import re
+import sys
 
 import pytest
 from PIL import Image
@@ -14,7 +14,8 @@ from PIL import Image
 from aitune_ray.cli import main
 from aitune_ray.report import render_run_file, spans, write_reports
 from aitune_ray.report.events import EventRecorder, actor_row
-from aitune_ray.report.tables import candidate_table, module_report, plan_tables
+from aitune_ray.report.candidates import details, summary_table
+from aitune_ray.report.tables import module_report, plan_tables
 from aitune_ray.tune_strategy.report import ModuleReport
 from tests.report_helpers import REPO, run_quick_job
 
@@ -37,21 +38,27 @@ def table_rows(markdown: str, first_cell: str) -> list[list[str]]:
     return [r for r in rows if r[0].startswith(first_cell)]
 
 
-def test_markdown_has_a_row_per_candidate(quick_report):
+def test_markdown_answers_first_then_a_narrow_summary_and_details(quick_report):
     text = quick_report.read_text()
-    head = table_rows(text, "backend")[0]
-    for column in ("status", "correctness error (tolerance)", "speedup [interval]", "bs4 speedup [interval]", "bs16 p50/p90 ms", "build s",
-                   "node", "GPU", "error / note", "log"):
-        assert column in head, column
+    lines = [line for line in text.splitlines() if line]
+    assert lines[0].startswith("# aitune-ray report")
+    # the figures are this host's; where it was unfit to measure on, the answer says so too
+    assert re.fullmatch(r"\*\*mlp: deploy TorchEagerBackend: [0-9.]+x( \[[0-9., ]+\])? as fast as eager over the "
+                        r"recorded calls \(bs 4 [0-9.]+x.*, bs 16 [0-9.]+x.*; 95% intervals\)\.( Measured on a host "
+                        r"unfit to measure on: see 'Host' below\.)?\*\*", lines[1]), lines[1]
+    head = table_rows(text, "candidate")[0]
+    assert head == ["candidate", "verdict", "speedup [95% interval]", "bs 4", "bs 16"]
     (eager,) = table_rows(text, "TorchEager (baseline)")
     (failed,) = table_rows(text, "RaisingBackend")
-    (chosen,) = table_rows(text, "TorchEagerBackend (chosen)")
-    assert eager[head.index("status")] == "ok" and eager[head.index("speedup [interval]")] == "1x"
-    assert failed[head.index("status")] == "error"
-    assert "this backend always fails to build" in failed[head.index("error / note")]
-    assert chosen[head.index("status")] == "ok" and re.fullmatch(r"[0-9.]+x( \[[0-9.]+, [0-9.]+\])?", chosen[head.index("speedup [interval]")])
-    assert float(chosen[head.index("bs16 p50/p90 ms")].split("/")[0]) > 0
-    assert "Decision: chose TorchEagerBackend" in text
+    (chosen,) = table_rows(text, "TorchEagerBackend")
+    assert eager[1:] == ["baseline", "1x", "1x", "1x"]
+    assert failed[head.index("verdict")] == "error" and failed[head.index("speedup [95% interval]")] == "-"
+    assert chosen[head.index("verdict")] == "chosen"
+    assert re.fullmatch(r"[0-9.]+x( \[[0-9.]+, [0-9.]+\])?", chosen[head.index("speedup [95% interval]")])
+    # the details of each candidate, below the summary
+    assert re.search(r"#### RaisingBackend[^\n]*: error\n", text) and "- error: " in text and "this backend always fails to build" in text
+    assert re.search(r"- bs 16: speedup [0-9.]+x( \[[^\]]+\])?; [0-9.,]+ ms/call in a serving loop; single calls p50/p90 [0-9.]+/", text)
+    assert "- Decision: chose TorchEagerBackend" in text
     # the post-deploy check is in the job's report too (this job turned performance validation off)
     assert "Post-deploy check (the wrapped Module, as deployed, against eager): TorchEagerBackend: skipped: " \
            "performance validation off" in text
@@ -62,14 +69,16 @@ def test_html_is_self_contained_and_has_the_same_rows(quick_report):
     page = quick_report.with_suffix(".html").read_text()
     assert "<table class=\"candidates\"" in page
     assert page.count("<tr class=") == 3                                  # eager, failed, chosen
-    assert "<tr class=\"failed\"><td>RaisingBackend</td>" in page
-    assert "<tr class=\"chosen\"><td>TorchEagerBackend (chosen)</td>" in page
+    assert re.search(r"<tr class=\"failed\"><td>RaisingBackend[^<]*</td><td>error</td>", page)
+    assert "<tr class=\"chosen\"><td>TorchEagerBackend</td><td>chosen</td>" in page
+    assert page.count("<details class=\"candidate\"><summary>") == 2         # the candidates' details, folded
+    assert page.index("id=\"answer\"") < page.index("<table")
     assert page.count("src=\"data:image/png;base64,") == 2
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
 
 def test_pngs_are_valid_images_of_sensible_size(quick_report):
-    for name in ("mlp-throughput.png", "mlp-timeline.png"):
+    for name in ("mlp-speedup.png", "mlp-timeline.png"):
         with Image.open(quick_report.parent / name) as image:
             image.verify()
         with Image.open(quick_report.parent / name) as image:
@@ -99,6 +108,20 @@ def test_report_command_renders_the_same_files_again(quick_report, tmp_path):
     assert (tmp_path / "mlp.md").read_text() == quick_report.read_text()
     assert (tmp_path / "mlp.html").read_text() == quick_report.with_suffix(".html").read_text()
     assert (tmp_path / "mlp-timeline.png").stat().st_size > 1000
+
+
+def test_without_matplotlib_the_tables_are_written_and_no_picture(quick_report, tmp_path, monkeypatch, capsys):
+    """matplotlib is the 'report' extra: without it the report command (and a job's report) still writes the
+    Markdown and HTML with every table, says how to get the pictures, and leaves no picture behind."""
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib raises ImportError
+    assert main(["report", str(quick_report.with_suffix(".json")), "--out", str(tmp_path)]) == 0
+    text, page = (tmp_path / "mlp.md").read_text(), (tmp_path / "mlp.html").read_text()
+    for written in (text, page):
+        assert "TorchEagerBackend" in written and "RaisingBackend" in written and "aitune-ray[report]" in written
+    assert "<table" in page and "data:image/png" not in page and "![" not in text
+    assert not list(tmp_path.glob("*.png"))
 
 
 def test_report_command_rejects_what_is_not_a_run(tmp_path, capsys):
@@ -155,8 +178,8 @@ def test_timeline_png_marks_crashes_and_timeouts(tmp_path):
     written = write_reports(run, tmp_path / "r.md")
     with Image.open(written["timeline"]) as image:
         assert image.size[0] >= 600
-    assert "throughput" not in written            # nothing was measured: no throughput picture
-    assert "(no throughput picture" in written["md"].read_text()
+    assert "speedup" not in written            # nothing was measured: no speedup picture
+    assert "(no speedup picture" in written["md"].read_text()
 
 
 # ----- columns that the decision rule adds to its rows ---------------------------------------------
@@ -183,18 +206,19 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
         rows = original(self)
         for row in rows[1:]:
             row.update(speedup_low_bs2=1.8, speedup_high_bs2=2.2, speedup_low=1.7, speedup_high=2.1,
-                       ms_per_call_bs2=0.9, raw_ms_per_call_bs2=1.1, verdict="faster at every batch size")
+                       ms_per_call_bs2=0.9, raw_ms_per_call_bs2=1.1, margin_of_safety="wide")
         return rows
 
     monkeypatch.setattr(ModuleReport, "rows", rows_with_intervals)
-    head, rows = candidate_table(small_report())
-    assert "verdict" in head
-    chosen = rows[1]
-    assert chosen[head.index("bs2 speedup [interval]")] == "2x [1.8, 2.2]"
-    assert chosen[head.index("speedup [interval]")] == "2x [1.7, 2.1]"
-    assert chosen[head.index("bs2 ms/call")] == "0.9" and "raw_ms_per_call_bs2" not in head
-    assert chosen[head.index("verdict")] == "faster at every batch size"
-    assert chosen[head.index("log")] == "/logs/a.log" and chosen[head.index("node")] == "n"
+    report = small_report()
+    head, rows = summary_table(report)
+    assert head == ["candidate", "verdict", "speedup [95% interval]", "bs 2"]
+    assert rows[1] == ["KernelSelectorBackend", "chosen", "2x [1.7, 2.1]", "2x [1.8, 2.2]"]
+    ((title, facts),) = details(report)
+    facts = dict(facts)
+    assert title == "KernelSelectorBackend: chosen" and facts["margin_of_safety"] == "wide"   # an added field
+    assert facts["bs 2"].startswith("speedup 2x [1.8, 2.2]; 0.9 ms/call") and "raw_ms_per_call_bs2" not in facts
+    assert "log" not in facts          # /logs/a.log does not exist: nothing links to it
 
 
 def test_kernel_plan_table_lists_every_provider():
@@ -212,12 +236,13 @@ def test_render_run_file_from_a_hand_written_run(tmp_path):
     written = render_run_file(path)
     text = written["md"].read_text()
     assert "**kernel plan of KernelSelectorBackend**" in text and "Stayed eager: no samples" in text
-    assert set(written) == {"md", "html", "throughput"}    # the JSON itself is not rewritten; no events, no timeline
+    assert set(written) == {"md", "html", "speedup"}    # the JSON itself is not rewritten; no events, no timeline
 
 
-def test_module_wide_tasks_are_drawn_in_grey_under_their_phase(tmp_path):
-    """The baseline and the re-measure carry no candidate: their bars are named by phase, in grey."""
-    from aitune_ray.report.plots import EAGER_COLOUR, label
+def test_module_wide_tasks_are_named_by_phase_each_in_a_colour_of_its_own(tmp_path):
+    """The baseline and the re-measure carry no candidate: their bars are named by phase, and every name in
+    the legend (these and the candidates) has a colour no other name has."""
+    from aitune_ray.report.plots import label_of as label, timeline_palette
 
     where = {"module": "m", "key": "", "backend": "", "node": "n", "gpu": "NVIDIA H200 #0"}
     events = [dict(where, task="baseline", event="measuring", time=1.0),
@@ -230,7 +255,8 @@ def test_module_wide_tasks_are_drawn_in_grey_under_their_phase(tmp_path):
 
     png = timeline_png(bars)
     assert png and png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert EAGER_COLOUR.startswith("#")
+    palette = timeline_palette(bars + spans(ray_like_events()))
+    assert len(palette) == 6 and len(set(palette.values())) == 6
 
 
 def test_a_job_without_a_report_path_writes_it_next_to_the_checkpoint(tmp_path):
@@ -243,7 +269,7 @@ def test_a_job_without_a_report_path_writes_it_next_to_the_checkpoint(tmp_path):
     del data["report"]
     job.write_text(yaml.safe_dump(data))
     assert main(["tune", "-q", str(job)]) == 0
-    assert sorted(p.name for p in tmp_path.glob("mlp*")) == ["mlp-throughput.png", "mlp-timeline.png", "mlp.ait",
+    assert sorted(p.name for p in tmp_path.glob("mlp*")) == ["mlp-speedup.png", "mlp-timeline.png", "mlp.ait",
                                                              "mlp.ait.run", "mlp.html", "mlp.json", "mlp.md"]
 
 
@@ -260,7 +286,7 @@ def test_eager_that_moved_between_its_first_timing_and_the_re_measure_is_said():
     from aitune_ray.report.document import blocks
 
     run = {"report": {"modules": [report.to_dict()]}}
-    assert any(b[0] == "text" and b[1].startswith("Eager moved") for b in blocks(run))   # the HTML/MD files too
+    assert any(b[0] == "list" and any(x.startswith("Eager moved") for x in b[2]) for b in blocks(run))   # the files too
     report.remeasured_baseline = {2: dict(first, median_ms=2.3)}   # 1.15x: within what clocks and noise move
     assert report.eager_moved() == {} and "Eager moved" not in report.markdown()
     report.remeasured_baseline = {}

@@ -94,8 +94,10 @@ class BackendState(str, enum.Enum):
 def require(module_name: str, extra: str, what: str) -> Any:
     """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
     a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
+    from aitune_ray.quiet import import_quietly
+
     try:
-        return importlib.import_module(module_name)
+        return import_quietly(module_name)
     except (ImportError, OSError) as exc:
         raise MissingDependencyError(module_name, extra, what) from exc
 

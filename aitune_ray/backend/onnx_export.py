@@ -24,6 +24,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import require
 from aitune_ray.errors import ExportError
+from aitune_ray.quiet import quiet
 from aitune_ray.samples import SampleStore, tensors_of
 
 logger = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
             in_axes = {name: dict(axes) for name, axes in input_axes.items() if axes}
         outputs = [output_name(i) for i in range(len(out_leaves))]
         path.parent.mkdir(parents=True, exist_ok=True)
-    with step("export"):
+    with step("export"), quiet("onnx export"):
         program = torch.onnx.export(
             module, tuple(sample.args), None if use_dynamo else str(path), kwargs=dict(sample.kwargs),
             dynamo=use_dynamo, verbose=False, input_names=list(inputs), output_names=outputs,

@@ -14,6 +14,7 @@ from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
 from aitune_ray.errors import BuildError, ConfigError, NotApplicableError
 from aitune_ray.frames import own_frame
+from aitune_ray.quiet import import_quietly
 from aitune_ray.samples import SampleStore
 
 # preset name -> torchao config class name
@@ -44,8 +45,7 @@ class TorchAOBackendConfig(BackendConfig):
     def __post_init__(self):
         if self.quantization_config is not None:
             if not isinstance(self.quantization_config, dict):
-                from torchao.core.config import config_to_dict
-
+                config_to_dict = import_quietly("torchao.core.config").config_to_dict
                 self.quantization_config = config_to_dict(self.quantization_config)
             self.quantization = None  # a config object replaces the preset
         if self.quantization is None and self.quantization_config is None:
@@ -58,9 +58,7 @@ class TorchAOBackendConfig(BackendConfig):
     def torchao_config(self):
         torchao = require("torchao", "torchao", "TorchAOBackend")
         if self.quantization_config is not None:
-            from torchao.core.config import config_from_dict
-
-            return config_from_dict(self.quantization_config)
+            return import_quietly("torchao.core.config").config_from_dict(self.quantization_config)
         return getattr(torchao.quantization, QUANTIZATIONS[self.quantization])()
 
 

@@ -1,10 +1,14 @@
 """A job's report files: Markdown and self-contained HTML, with a throughput plot and the schedule's timeline.
 
-    write_reports(run, "out/job.md")   # out/job.md, out/job.html, out/job.json, out/job-throughput.png, ...
+    write_reports(run, "out/job.md")   # out/job.md, out/job.html, out/job.json, out/job-speedup.png, ...
     render_run_file("out/job.json")     # the same files again from a job's JSON report
 
 run is the job's JSON report as a dict: job, host, device, elapsed_s, checkpoint, checkpoint_check,
-report (TuningReport.to_dict()) and events (what an EventRecorder kept; see aitune_ray.report.events).
+report (TuningReport.to_dict()), events (what an EventRecorder kept; see aitune_ray.report.events) and
+host_state (aitune_ray.report.fitness.host_state()). Worker logs a result names are copied beside the report
+(out/job-logs/) and linked there; a log already gone is linked nowhere.
+
+summary(report) is the short form of a TuningReport, the answer first, that the CLI prints.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from aitune_ray.report.events import EventRecorder, Span, spans
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EventRecorder", "Span", "render_run_file", "report_paths", "spans", "write_reports"]
+__all__ = ["EventRecorder", "Span", "render_run_file", "report_paths", "spans", "summary", "write_reports"]
 
 
 def report_paths(path: str | Path) -> dict[str, Path]:
@@ -27,17 +31,20 @@ def report_paths(path: str | Path) -> dict[str, Path]:
     md = path.with_suffix(".md") if path.suffix in (".json", ".html") else path
     stem = md.with_suffix("")
     return {"md": md, "html": md.with_suffix(".html"), "json": md.with_suffix(".json"),
-            "throughput": stem.parent / f"{stem.name}-throughput.png",
-            "timeline": stem.parent / f"{stem.name}-timeline.png"}
+            "speedup": stem.parent / f"{stem.name}-speedup.png",
+            "timeline": stem.parent / f"{stem.name}-timeline.png", "logs": stem.parent / f"{stem.name}-logs"}
 
 
-def write_reports(run: dict, path: str | Path, write_json: bool = True) -> dict[str, Path]:
-    """Write the report files of one job; returns the paths written, by kind."""
+def write_reports(run: dict, path: str | Path, write_json: bool = True, base: str | Path | None = None) -> dict[str, Path]:
+    """Write the report files of one job; returns the paths written, by kind. base: where relative log paths
+    in run are found (the folder of the JSON it was read from; default: the report's folder)."""
     from aitune_ray.report import html, markdown
     from aitune_ray.report.document import blocks, images
+    from aitune_ray.report.logs import keep_logs
 
     paths = report_paths(path)
     paths["md"].parent.mkdir(parents=True, exist_ok=True)
+    run = keep_logs(run, paths["logs"], Path(base) if base is not None else paths["md"].parent)
     written: dict[str, Path] = {}
     if write_json:
         paths["json"].write_text(json.dumps(run, indent=2, default=str) + "\n")
@@ -73,4 +80,16 @@ def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dic
     target = Path(out) if out else json_path.with_suffix(".md")
     if out and (target.is_dir() or not target.suffix):
         target = target / json_path.with_suffix(".md").name
-    return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve())
+    return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve(),
+                         base=json_path.parent)
+
+
+def summary(report, host_state: dict | None = None) -> str:
+    """The short Markdown of a TuningReport (or its to_dict()): the answer per module, the host's fitness,
+    each module's candidates and the decision's reasons. (TuningReport.markdown() gives every figure.)
+    host_state: what the process had to measure with (fitness.host_state()), named where the host was unfit."""
+    from aitune_ray.report import markdown
+    from aitune_ray.report.document import blocks
+
+    data = report if isinstance(report, dict) else report.to_dict()
+    return markdown.render(blocks({"report": data, "host_state": host_state}, brief=True))

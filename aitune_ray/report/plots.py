@@ -1,26 +1,32 @@
-"""The report's pictures (matplotlib, PNG bytes): throughput per candidate and the schedule's timeline.
+"""The report's pictures (matplotlib, PNG bytes): each candidate's speedup as the decision read it, and the
+schedule's timeline.
 
-Figures are made with matplotlib's object API on the Agg canvas, so nothing here touches pyplot's global
-state or needs a display.
+The speedup picture draws exactly the figures of the summary table (aitune_ray.report.answer.figures), on one
+scale: a point per candidate and batch size at its median speedup over eager, its whisker the 95% interval
+of that same speedup, and its marker the verdict (star chosen, filled passed, hollow undecided, cross
+rejected), so that no mark can read as a choice the decision did not make. Figures are made with
+matplotlib's object API on the Agg canvas: nothing here touches pyplot's global state or needs a display.
 """
 
 from __future__ import annotations
 
 import io
-import math
 
+from aitune_ray.report.answer import CHOSEN, FAILED, LOST, PASSED, UNDECIDED, figures, label, verdict
 from aitune_ray.report.events import Span
-from aitune_ray.report.tables import batch_sizes, candidate_rows
 from aitune_ray.results import CANCELLED, CRASHED, ERROR, OK, OOM, REJECTED, TIMED_OUT
 from aitune_ray.tune_strategy.report import ModuleReport
 
 DPI = 100
-WIDTH_IN = 10.0
-#: How each outcome is drawn over a candidate's colour: (hatch, edge colour, marker at the bar's end).
+WIDTH_IN = 11.0
+FONT = 10
+#: How each outcome is drawn over a bar of the timeline: (hatch, edge colour, marker at the bar's end).
 OUTCOMES = {OK: ("", "black", None), ERROR: ("//", "red", None), REJECTED: ("\\\\", "darkorange", None),
             CRASHED: ("xx", "red", "X"), OOM: ("xx", "purple", "X"), TIMED_OUT: ("..", "red", "|"),
             CANCELLED: ("--", "grey", None), "unfinished": ("oo", "grey", None)}
-EAGER_COLOUR = "#7f7f7f"
+#: How each kind of verdict is marked in the speedup picture: (marker, filled, size).
+MARKS = {CHOSEN: ("*", True, 15), PASSED: ("o", True, 8), UNDECIDED: ("o", False, 8), LOST: ("X", True, 8)}
+EAGER_COLOUR = "#555555"
 
 
 def _figure(height_in: float):
@@ -39,104 +45,113 @@ def _png(figure) -> bytes:
 
 
 def colours(names: list[str]) -> dict[str, tuple]:
-    """One colour per candidate name, stable for a given list of names."""
+    """A distinct colour per name, stable for a given set of names: tab10's ten, then tab20's others, then
+    repeats (named in the legend)."""
     from matplotlib import colormaps
 
-    palette = colormaps["tab20"]
     unique = sorted(set(names))
-    return {name: palette(i % 20) for i, name in enumerate(unique)}
+    ten, twenty = colormaps["tab10"], colormaps["tab20"]
+    pool = [ten(i) for i in range(10)] + [twenty(i) for i in range(1, 20, 2)]
+    return {name: pool[i % len(pool)] for i, name in enumerate(unique)}
 
 
-def throughput_png(reports: list[ModuleReport], host: str = "", palette: dict | None = None) -> bytes | None:
-    """Grouped bars per module: throughput of eager and of every candidate that measured, at each batch
-    size. Whiskers: the speedup interval the decision recorded (eager's throughput times its ends), else
-    the p90 latency's throughput (the slow tail) up to the p50's."""
-    measured = [(r, [row for row in candidate_rows(r, host) if _measured(row, r)]) for r in reports]
-    measured = [(r, rows) for r, rows in measured if len(rows) > 0]
-    if not measured:
+def speedup_points(module: ModuleReport) -> list[dict]:
+    """What the speedup picture draws for one module: per candidate that was measured, its label, verdict
+    kind and (median, low, high) per batch size, then over the recorded mix ("all")."""
+    points = []
+    for result in module.results:
+        words, kind = verdict(module, result)
+        found = figures(module, result.key)
+        if kind == FAILED or not found:
+            continue
+        at = {**{f"bs {bs}": t for bs, t in found["bs"].items() if t}, **({"all": found["mix"]} if found["mix"] else {})}
+        if at:
+            points.append({"label": label(result, 40), "kind": kind, "verdict": words, "at": at})
+    return points
+
+
+def speedup_png(reports: list[ModuleReport]) -> bytes | None:
+    """A panel per module: each measured candidate's speedup over eager per batch size and over the recorded
+    calls, with its 95% interval, on a log scale around eager's 1x."""
+    panels = [(r, speedup_points(r)) for r in reports]
+    panels = [(r, p) for r, p in panels if p]
+    if not panels:
         return None
-    figure = _figure(3.2 * len(measured))
-    palette = palette or colours([row["backend"] for _, rows in measured for row in rows[1:]])
-    for index, (report, rows) in enumerate(measured):
-        axes = figure.add_subplot(len(measured), 1, index + 1)
-        sizes = batch_sizes(report)
-        width = 0.8 / max(1, len(rows))
-        base = rows[0] if rows[0]["backend"].startswith("TorchEager (") else None
-        for i, row in enumerate(rows):
-            xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(sizes))]
-            heights = [_finite(row.get(f"throughput_bs{bs}")) for bs in sizes]
-            low, high = [], []
-            for bs, h in zip(sizes, heights):
-                lo, hi = _whisker(row, base, bs, h)
-                low.append(max(0.0, h - lo))
-                high.append(max(0.0, hi - h))
-            colour = EAGER_COLOUR if row is base else palette.get(row["backend"], EAGER_COLOUR)
-            label = row["backend"] + (" (chosen)" if row["chosen"] else "")
-            axes.bar(xs, heights, width=width * 0.95, color=colour, label=label, edgecolor="black",
-                     linewidth=1.5 if row["chosen"] else 0.4, yerr=[low, high], capsize=2, error_kw={"lw": 0.8})
-        axes.set_xticks(range(len(sizes)), [f"batch {bs}" for bs in sizes])
-        axes.set_ylabel("samples / s")
-        axes.set_title(f"{report.module}: throughput by batch size ({report.device})", fontsize=10)
-        axes.grid(axis="y", alpha=0.3)
-        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure = _figure(3.4 * len(panels))
+    for index, (report, points) in enumerate(panels):
+        axes = figure.add_subplot(len(panels), 1, index + 1)
+        groups = list(dict.fromkeys(g for p in points for g in p["at"]))
+        palette = colours([p["label"] for p in points])
+        width = 0.7 / max(1, len(points))
+        for i, point in enumerate(points):
+            marker, filled, size = MARKS.get(point["kind"], MARKS[UNDECIDED])
+            colour = palette[point["label"]]
+            for g, group in enumerate(groups):
+                triple = point["at"].get(group)
+                if not triple:
+                    continue
+                median, low, high = triple
+                x = g + (i - (len(points) - 1) / 2) * width
+                yerr = [[max(0.0, median - low)], [max(0.0, high - median)]] if low is not None else None
+                axes.errorbar([x], [median], yerr=yerr, fmt=marker, color=colour, markersize=size,
+                              markerfacecolor=colour if filled else "white", markeredgecolor=colour,
+                              markeredgewidth=1.5, elinewidth=1.5, capsize=4,
+                              label=f"{point['label']}: {point['verdict']}" if g == 0 else None)
+        axes.axhline(1.0, color=EAGER_COLOUR, linestyle="--", linewidth=1.2, label="eager (1x)")
+        axes.set_yscale("log")
+        axes.set_xticks(range(len(groups)), [("all recorded calls" if g == "all" else g) for g in groups],
+                        fontsize=FONT)
+        axes.tick_params(axis="y", labelsize=FONT)
+        axes.set_ylabel("speedup over eager (x)", fontsize=FONT)
+        axes.set_title(f"{report.module} on {report.device}: speedup over eager, 95% intervals", fontsize=FONT + 1)
+        axes.grid(axis="y", alpha=0.3, which="both")
+        axes.legend(fontsize=FONT - 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(figure)
 
 
-def _measured(row: dict, report: ModuleReport) -> bool:
-    return any(_finite(row.get(f"throughput_bs{bs}")) > 0 for bs in report.call_mix)
-
-
-def _whisker(row: dict, base: dict | None, bs: int, height: float) -> tuple[float, float]:
-    span = row.get(f"speedup_interval_bs{bs}")
-    eager = _finite(base.get(f"throughput_bs{bs}")) if base else 0.0
-    if span and eager > 0:
-        return eager * span[0], eager * span[1]
-    p90 = _finite(row.get(f"p90_ms_bs{bs}"))
-    return (bs / (p90 / 1e3), height) if p90 > 0 else (height, height)
-
-
-def _finite(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-
-
-def label(span: Span) -> str:
+def label_of(span: Span) -> str:
     """A span's name in the timeline's legend: its candidate, or for a module-wide task its phase."""
     return span.candidate or f"{span.phase} ({span.module})"
 
 
-def timeline_png(spans: list[Span], palette: dict | None = None) -> bytes | None:
-    """One row per actor (the driver's row last), a bar per phase of each task, coloured by candidate,
-    hatched and edged by outcome; crashes and timeouts get a marker at the bar's end."""
+def timeline_palette(spans: list[Span]) -> dict[str, tuple]:
+    """A distinct colour for every name the timeline's legend shows (candidates and module-wide tasks alike)."""
+    return colours([label_of(s) for s in spans])
+
+
+def timeline_png(spans: list[Span]) -> bytes | None:
+    """One row per actor (the driver's row last), a bar per phase of each task, coloured by candidate or
+    module-wide task, hatched and edged by outcome; crashes and timeouts get a marker at the bar's end."""
     from matplotlib.patches import Patch
 
     if not spans:
         return None
     t0 = min(s.start for s in spans)
+    total = max(1e-3, max(s.end for s in spans) - t0)
     rows = sorted({s.row for s in spans}, key=lambda r: (r == "driver", r))
-    figure = _figure(1.2 + 0.45 * len(rows))
+    figure = _figure(1.5 + 0.6 * len(rows))
     axes = figure.add_subplot(1, 1, 1)
-    palette = dict(palette or colours([label(s) for s in spans]))
-    for span in spans:   # module-wide tasks (baseline, re-measure) in grey
-        palette.setdefault(label(span), EAGER_COLOUR)
+    palette = timeline_palette(spans)
     for span in spans:
         y = rows.index(span.row)
         hatch, edge, marker = OUTCOMES.get(span.status, ("++", "black", None))
         width = max(span.end - span.start, 1e-3)
-        axes.barh(y, width, left=span.start - t0, height=0.7, color=palette[label(span)],
+        axes.barh(y, width, left=span.start - t0, height=0.7, color=palette[label_of(span)],
                   hatch=hatch, edgecolor=edge, linewidth=0.8)
-        if width > 0.06 * max(1e-3, max(s.end for s in spans) - t0):
-            axes.text(span.start - t0 + width / 2, y, span.phase, ha="center", va="center", fontsize=6)
+        if width > 0.08 * total:
+            axes.text(span.start - t0 + width / 2, y, span.phase, ha="center", va="center", fontsize=FONT - 1,
+                      bbox={"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 1})
         if marker:
-            axes.plot(span.end - t0, y, marker=marker, color=edge, markersize=9, markeredgewidth=2)
-    axes.set_yticks(range(len(rows)), rows, fontsize=7)
+            axes.plot(span.end - t0, y, marker=marker, color=edge, markersize=10, markeredgewidth=2)
+    axes.set_yticks(range(len(rows)), rows, fontsize=FONT)
+    axes.tick_params(axis="x", labelsize=FONT)
     axes.invert_yaxis()
-    axes.set_xlabel("seconds since the first event (driver wall clock)")
-    axes.set_title("schedule: a bar per task phase on each actor", fontsize=10)
+    axes.set_xlabel("seconds since the first event (driver wall clock)", fontsize=FONT)
+    axes.set_title("schedule: a bar per task phase on each actor", fontsize=FONT + 1)
     axes.grid(axis="x", alpha=0.3)
-    shown = {label(s) for s in spans}
-    handles = [Patch(facecolor=colour, label=name) for name, colour in palette.items() if name in shown]
+    handles = [Patch(facecolor=colour, label=name) for name, colour in palette.items()]
     statuses = list(dict.fromkeys(s.status for s in spans))
     handles += [Patch(facecolor="white", hatch=OUTCOMES.get(st, ("++", "black", None))[0],
                       edgecolor=OUTCOMES.get(st, ("++", "black", None))[1], label=st) for st in statuses]
-    axes.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes.legend(handles=handles, fontsize=FONT - 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(figure)

@@ -1,4 +1,4 @@
-"""The report's tables as plain rows, from a job's JSON report: candidates, kernel plans, decisions.
+"""The report's rows, from a job's JSON report: each candidate's figures, kernel plans.
 
 Rows come from the strategy's own ModuleReport.rows() (rebuilt from the JSON), so that a column the
 decision rule adds to its rows (a speedup interval, a verdict) reaches the report without a change here.
@@ -15,7 +15,6 @@ from typing import Any
 from aitune_ray.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
-CONFIG_CHARS = 160   # a config longer than this is cut in the table (the JSON keeps all of it)
 _BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")
 #: Row keys that the candidates table shows in columns of its own.
 _SHOWN = {"module", "backend", "config", "status", "chosen", "speedup", "correctness_error", "tolerance",
@@ -106,30 +105,6 @@ def value_text(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={value_text(v)}" for k, v in value.items())
     return "" if value is None else str(value)
-
-
-def candidate_table(report: ModuleReport, host: str = "") -> tuple[list[str], list[list[str]]]:
-    """The candidates table as a header and rows of text cells."""
-    rows = candidate_rows(report, host)
-    sizes = batch_sizes(report)
-    extra = extra_columns(rows, sizes)
-    loop = any(_is_number(row.get(f"ms_per_call_bs{bs}")) for row in rows for bs in sizes)
-    head = ["backend", "config", "status", "correctness error (tolerance)", "speedup [interval]"]
-    head += [f"bs{bs} speedup [interval]" for bs in sizes] + [f"bs{bs} p50/p90 ms" for bs in sizes]
-    head += [f"bs{bs} ms/call" for bs in sizes] if loop else []
-    head += ["build s", "node", "GPU", *extra, "error / note", "log"]
-    table = []
-    for row in rows:
-        config = row["config"] if len(row["config"]) <= CONFIG_CHARS else row["config"][:CONFIG_CHARS] + " ..."
-        cells = [row["backend"] + (" (chosen)" if row["chosen"] else ""), config, row["status"],
-                 f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})", speedup_text(row)]
-        cells += [speedup_text(row, bs) for bs in sizes]
-        cells += [f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}" for bs in sizes]
-        cells += [_num(row.get(f"ms_per_call_bs{bs}")) for bs in sizes] if loop else []
-        cells += [_num(row["build_s"]), row["node"] or "", row["gpu"] or "", *(value_text(row.get(k)) for k in extra),
-                  " ".join(str(row["error"] or row["note"] or "").split()), row["log_path"] or ""]
-        table.append([str(c) for c in cells])
-    return head, table
 
 
 def plan_tables(report: ModuleReport) -> list[tuple[str, list[str], list[list[str]]]]:

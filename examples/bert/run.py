@@ -13,7 +13,7 @@ import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend, ONNXRuntimeBackend, TorchAOBackend, TorchAOBackendConfig, TorchEagerBackend,
     TorchInductorJitBackend)
-from examples.script import arguments, device_and_dtype, measure, tune_save_and_compare  # noqa: E402
+from examples.helpers import arguments, device_and_dtype, measure, tune_save_and_compare  # noqa: E402
 from examples.bert.model import make_data, make_model  # noqa: E402
 
 

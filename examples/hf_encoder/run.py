@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
     KernelSelectorBackend, ONNXRuntimeBackend, TorchEagerBackend, TorchInductorJitBackend)
-from examples.script import arguments, device_and_dtype, measure, tune_save_and_compare  # noqa: E402
+from examples.helpers import arguments, device_and_dtype, measure, tune_save_and_compare  # noqa: E402
 from examples.hf_encoder.model import make_data, make_model  # noqa: E402
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, TorchEagerBackend, TorchInductorJitBackend  # noqa: E402
-from examples.script import tune_save_and_compare  # noqa: E402
+from examples.helpers import tune_save_and_compare  # noqa: E402
 from examples.pipeline.model import make_data, make_model  # noqa: E402
 
 

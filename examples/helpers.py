@@ -1,4 +1,4 @@
-"""What the example scripts share: their arguments, and the check after tuning (save, load into a fresh
+"""Helpers the example scripts share (not an example itself): their arguments, and the check after tuning (save,
 model, compare outputs on one item)."""
 
 import argparse
