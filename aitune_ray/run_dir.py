@@ -331,6 +331,10 @@ class JournalingExecutor(Executor):
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
+        # the inner executor's capabilities, passed on
+        self.deploys_what_it_measured = inner.deploys_what_it_measured
+        self.concurrent_modules = inner.concurrent_modules
+        self.gpu_kind = inner.gpu_kind
 
     def open(self) -> None:
         self.inner.open()
@@ -391,11 +395,17 @@ class JournalingExecutor(Executor):
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
         return self.inner.remeasure(context, results, baseline)
 
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        self.inner.release(context, result)
+
     def materialize(self, context: TuneContext, result: BuildResult):
         return self.inner.materialize(context, result)
 
     def discard(self, context: TuneContext) -> None:
         self.inner.discard(context)
+
+    def stop_all(self, reason: str) -> None:
+        self.inner.stop_all(reason)
 
 
 def journaled(executor: Executor, run_dir: "str | Path | RunFolder") -> JournalingExecutor:

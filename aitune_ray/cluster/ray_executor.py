@@ -37,14 +37,15 @@ import torch
 from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
 from aitune_ray.bytecode import advice, uncached
-from aitune_ray.cluster import layout, lean_start
+from aitune_ray.cluster import kinds, layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
 from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.cluster.pool import ActorPool
+from aitune_ray.cluster.schedule import Request, Schedule
 from aitune_ray.cluster.starting import Background
-from aitune_ray.cluster.tasks import Task, TaskRunner
+from aitune_ray.cluster.tasks import Task
 from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
 from aitune_ray.failures import classify, short
@@ -112,7 +113,8 @@ def _stop_local_monitor() -> bool:
 
 
 class RayExecutor(Executor):
-    """Runs candidate jobs on a pool of Ray actors, one per GPU.
+    """Runs candidate jobs on a pool of Ray actors, one per GPU, through one schedule for every module of
+    the job (aitune_ray.cluster.schedule): modules are tuned at once.
 
     address: a Ray cluster to connect to (else RAY_ADDRESS, else an already initialized Ray, else Ray is
         started on this machine; close() shuts down only a Ray this executor started or connected).
@@ -131,16 +133,21 @@ class RayExecutor(Executor):
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    gpu_kind: the GPU kind to tune for on a cluster of several (Ray's accelerator type, "H100", or a custom
+        resource label its nodes carry; aitune_ray.cluster.kinds): actors go only to nodes of that kind, and
+        a cluster without one is refused at open(). None: any node.
     warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
         (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
     """
 
+    concurrent_modules = True
+
     def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
                  progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
-                 warm_up: str = "compile"):
+                 warm_up: str = "compile", gpu_kind: str | None = None):
         if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
         if max_actors is not None and max_actors < 1:
@@ -161,6 +168,7 @@ class RayExecutor(Executor):
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
         self.warm_up = warm_up
+        self.gpu_kind = gpu_kind or None
         self._pool: ActorPool | None = None
         self._starting: Background | None = None   # a local Ray's start, under way on its own thread
         self._local_gpus = 0                       # the GPUs a local Ray was started with
@@ -173,12 +181,23 @@ class RayExecutor(Executor):
         self._own_ray = False
         self._local = False             # this executor started Ray on this machine
         self._boxes: dict[str, tuple] = {}
-        self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
-        self._driver_baseline: set[str] = set()   # modules whose eager baseline this driver times
+        self._baselines: dict[str, Request] = {}   # module name -> its eager baseline, queued by submit_early
+        self._schedule: Schedule | None = None     # the job's one schedule over the pool
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
         self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
+    @property
+    def schedule(self) -> Schedule:
+        """The job's one schedule over the actor pool (made with the pool, waiting for a start under way)."""
+        self.open()
+        self._wait_started()
+        if self._schedule is None:
+            if self._pool is None:
+                raise ClusterError("the executor is closed")
+            self._schedule = Schedule(self._pool)
+        return self._schedule
+
     @property
     def pool(self) -> ActorPool | None:
         """The actor pool, once open() made it (waiting for a start still under way)."""
@@ -229,9 +248,9 @@ class RayExecutor(Executor):
                     include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
                     _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
             self._own_ray = True
-        resources = ray.cluster_resources()
+        resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
         self._close_layout("no batch had come when Ray was up")
-        size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
+        size, num_gpus = self._pool_shape(gpus, cpus)
         if not self._local:
             self._driver_turns = self._driver_uses_the_gpu(size)
         log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
@@ -240,7 +259,7 @@ class RayExecutor(Executor):
                                turns=self._driver_turns,
                                max_restarts=self.max_actor_restarts, log_dir=log_dir,
                                limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
-                               warm_up=self.warm_up)
+                               warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
         self.open_s = time.perf_counter() - started
         logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
                     log_dir)
@@ -308,13 +327,15 @@ class RayExecutor(Executor):
                 starting.release()
 
     def _stop(self) -> None:
+        if self._schedule is not None:
+            self._schedule.close()
+            self._schedule = None
         if self._pool is not None:
             self._pool.shutdown()
             _remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
             self._pool = None
         self._boxes.clear()
-        self._baseline_slots.clear()
-        self._driver_baseline.clear()
+        self._baselines.clear()
         if self._own_ray and ray.is_initialized():
             started = time.perf_counter()
             if self._local:
@@ -371,10 +392,12 @@ class RayExecutor(Executor):
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
-    def _intent(context: TuneContext) -> str:
+    def intent(context: TuneContext) -> str:
+        """The device kind the actors use for context: cuda or cpu."""
         return "cuda" if torch.device(context.device).type == "cuda" else "cpu"
 
-    def _put(self, value):
+    def put(self, value):
+        """value in Ray's object store (once Ray is up)."""
         self._wait_started()   # ray.put before a local Ray is up would start a second one
         self.puts += 1
         started = time.perf_counter()
@@ -383,7 +406,7 @@ class RayExecutor(Executor):
         finally:
             self.put_s += time.perf_counter() - started
 
-    def _box(self, context: TuneContext) -> list:
+    def box(self, context: TuneContext) -> list:
         """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
         entry = self._boxes.get(context.name)
         if entry is not None and entry[0] is context.module and entry[1] is context.samples:
@@ -391,42 +414,16 @@ class RayExecutor(Executor):
         samples = context.samples
         if any(t.device.type != "cpu" for s in samples for t in _tensors(s)):
             samples = samples.to("cpu")
-        box = [self._put(_cpu_module(context.module)), self._put(samples)]
+        box = [self.put(_cpu_module(context.module)), self.put(samples)]
         self._boxes[context.name] = (context.module, context.samples, box)
         return box
 
-    def _slot(self, prefer: set | None = None, holder: str = "") -> Slot:
-        """A live slot: the one whose actor writes the log holder (the actor that built the results at hand,
-        which then need no restore), else one on a (node, gpu) in prefer, else an idle one."""
-        self.open()
-        slots = self.pool.alive()
-        slots = [s for s in slots if s.generation == 1 or s.ready()] or slots   # not a replacement still pending
-        if not slots:
-            raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
-        if holder:
-            for slot in slots:
-                if slot.log_path == holder:
-                    return slot
-        if prefer:
-            for slot in slots:
-                info = slot.identity()
-                if (info.get("node"), info.get("gpu")) in prefer:
-                    return slot
-        return next((s for s in slots if not s.busy), slots[0])
-
-    def _call(self, slot: Slot, method: str, args: tuple, what: str):
-        """One actor call under task_timeout_s (the task runner's); a dead or stuck actor is replaced and
+    def _run(self, request: Request, what: str):
+        """One call through the job's schedule, under task_timeout_s; a dead or stuck actor is replaced and
         this raises BuildError."""
-        runner = TaskRunner(self.pool)
-        was_busy, generation = slot.busy, slot.generation   # whoever holds the slot keeps it
-        try:
-            task = runner.call(slot, method, args, self.task_timeout_s, name=f"{method} {args[0]}")
-        except KeyboardInterrupt:
-            runner.cancel(f"{what} interrupted")
-            raise
-        finally:
-            if slot.generation == generation and slot.alive:
-                slot.busy = was_busy
+        task = self.schedule.wait(request).task
+        if task is None:
+            raise BuildError(f"{what} did not run: {request.unrun or 'it was cancelled'}")
         if task.timed_out:
             raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
         if task.failure is not None and task.failure.worker_lost:
@@ -436,23 +433,26 @@ class RayExecutor(Executor):
             raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
         return task.out
 
-    def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
-              elapsed_s: float, task: str = "build", **extra) -> None:
+    def emit_job(self, context: TuneContext, job: CandidateJob, event: str, status: str = "running",
+                 where: dict | None = None, elapsed_s: float = 0.0, task: str = "build", **extra) -> None:
+        """A progress event of one candidate job (see Executor.emit)."""
         self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
-        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s, **extra)
+        self.emit(context, event, task=task, job=job, status=status, where=where or {}, elapsed_s=elapsed_s, **extra)
 
     @staticmethod
     def driver() -> dict:
         """Where the driver's own work (profiling for a kernel plan) runs, for progress events."""
         return {"node": platform.node(), "gpu": "driver"}
 
-    def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+    def task_done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+        """The "done" event of a build task."""
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
         out = task.out if isinstance(task.out, dict) else {}
         # The call's wall-clock start and end on the actor: its own time there and, against the driver's
         # clock on the same node, the time in Ray's queue before the call and in the transfer after it.
         timing = {k: round(out[k], 3) for k in ("began_at", "ended_at") if out.get(k) is not None}
-        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched, **timing)
+        self.emit_job(context, task.payload.payload, "done", result.status, where, time.monotonic() - task.dispatched,
+                      **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
     def _driver_times(self, context: TuneContext) -> bool:
@@ -506,76 +506,107 @@ class RayExecutor(Executor):
         one-GPU machine). A Ray started here: this machine has one GPU (open())."""
         return torch.cuda.is_available() and self._on_one_gpu(size) and self._driver_has_the_gpu()
 
+    def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
+        return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),
+                       context.name, self.task_timeout_s, name=f"baseline {context.name}", timing=True,
+                       on_driver=on_driver)
+
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
-        any; or on the driver (see submit_early)."""
-        kept = self._baseline_slots.pop(context.name, None)
-        on_driver = context.name in self._driver_baseline
-        self._driver_baseline.discard(context.name)
-        slot = None if on_driver else kept if kept is not None and kept.alive else self._slot()
-        where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"} if on_driver \
-            else slot.identity()
-        started, status = time.monotonic(), ERROR
-        self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
-                  batch_sizes=context.samples.batch_sizes())
+        """Eager timed on one actor: the request submit_early() queued ahead of the module's builds, else a new
+        one; or on the driver, with one actor held idle meanwhile (see submit_early)."""
+        request = self._baselines.pop(context.name, None) or self._baseline_request(context)
+        if request.state == "new":
+            self.schedule.submit(request)
+        started, status, where = time.monotonic(), ERROR, {}
         try:
-            if on_driver:
+            if request.on_driver:
+                while not request.started.wait(5.0):   # the one actor is idle: nothing else runs on the GPU
+                    pass
+                where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"}
+                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
+                          batch_sizes=context.samples.batch_sizes())
                 logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
                 with turns_for(context.device, self.actors_share_gpus()).timing():
                     timed = profile_samples(context.module, context.samples, context.device, context.measure)
                 data = {bs: t.to_dict() for bs, t in timed.items()}
             else:
-                data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
-                                                     context.measure.to_dict()), f"eager baseline of {context.name}")
+                while not request.started.wait(5.0):
+                    pass
+                where = request.slot.identity() if request.slot is not None else {}
+                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
+                          batch_sizes=context.samples.batch_sizes())
+                data = self._run(request, f"eager baseline of {context.name}")
             status = "ok"
         finally:
-            if kept is not None:
-                kept.busy = False
-            self.emit(context, "done", task="baseline", status=status, where=where if on_driver else slot.identity(),
+            if request.on_driver:
+                self.schedule.release(request)
+            elif request.state != "ended":
+                self.schedule.cancel([request], "the baseline was abandoned")
+            self.emit(context, "done", task="baseline", status=status, where=where,
                       elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         self.open()
         self._choose_layout(context, jobs)
-        return RayRunHandle(self, context, jobs)
+        handle = RayRunHandle(self, context, jobs)
+        if self._pool is not None:   # else its builds queue when iterated (a local Ray is still starting)
+            handle.start()
+        return handle
 
     def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
-        """Builds that may start while eager is timed. On one local GPU the driver times eager itself, with
-        the one actor kept idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray)
-        is still starting, nothing can, and nothing waits for it."""
-        handle = self.submit(context, jobs)
-        if not self._driver_times(context):
-            handle.start()
-        elif self._pool is None or handle.start():
-            self._driver_baseline.add(context.name)
+        """The builds, queued in the job's schedule behind this module's eager baseline, which takes the first
+        idle actor while the others build. On one local GPU the driver times eager itself, with the one actor
+        held idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray) is still
+        starting, nothing can, and nothing waits for it."""
+        self.open()
+        self._choose_layout(context, jobs)
+        handle = RayRunHandle(self, context, jobs)
+        on_driver = self._driver_times(context)
+        if self._pool is None and on_driver:   # Ray is still starting: eager is timed now, the builds follow
+            placeholder = Request("baseline", (), context.name, 0.0, on_driver=True, timing=True, state="placeholder")
+            placeholder.started.set()
+            self._baselines[context.name] = placeholder
+            return handle
+        request = self._baseline_request(context, on_driver)
+        self._baselines[context.name] = request
+        self.schedule.submit(request)
+        handle.start()
         return handle
 
     def remeasure(self, context: TuneContext, results: list[BuildResult],
                   baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        # Always, as inline: numbers of one GPU taken at different times drift too. On the GPU that measured
-        # most finalists, which has them built already.
-        identities = collections.Counter((r.node, r.gpu) for r in results)
+        # Always, as inline: numbers of one GPU taken at different times drift too. On the actor that built most
+        # finalists (which restores fewest), else one on the GPU that measured most, else any idle one.
         if not results:
             return None
+        self.schedule.hand_on(context.name)   # the actors of this module's results it has taken
+        identities = collections.Counter((r.node, r.gpu) for r in results)
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         best = identities.most_common(1)[0][0]
-        prefer = {best}
-        # Among the actors on that GPU (several may share it), the one that built most finalists restores fewest.
         holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
         holder = holders.most_common(1)[0][0] if holders else ""
+
+        def rank(slot) -> int:
+            info = slot.identity()
+            return 0 if holder and slot.log_path == holder else 1 if (info.get("node"), info.get("gpu")) == best else 2
+
         for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
+            request = Request("remeasure", (context.name, self.box(context), self.intent(context), payload,
+                                            self.remeasure_rounds, context.measure.to_dict()), context.name,
+                              self.task_timeout_s, name=f"remeasure {context.name}", timing=True,
+                              rank=rank if attempt == 1 else None)
+            self.schedule.submit(request)
+            while not request.started.wait(5.0):
+                pass
+            where = request.slot.identity() if request.slot is not None else {}
             started = time.monotonic()
-            self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
-                      finalists=[r.key for r in results])
+            self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
             try:
-                out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context),
-                                                     payload, self.remeasure_rounds, context.measure.to_dict()),
-                                 f"re-measurement of {context.name}")
+                out = self._run(request, f"re-measurement of {context.name}")
                 break
             except BuildError as exc:
-                self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
+                self.emit(context, "done", task="remeasure", status=ERROR, where=where,
                           elapsed_s=time.monotonic() - started)
                 lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
                 # (the text, not the exception: a kept log record would keep its frames and their locals)
@@ -583,9 +614,7 @@ class RayExecutor(Executor):
                     logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
                     return None
                 logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
-                prefer = None
-        self.emit(context, "done", task="remeasure", status="ok", where=slot.identity(),
-                  elapsed_s=time.monotonic() - started)
+        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
         eager = remeasured_eager(results, out)
         logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
                     len(out["results"]), len(identities), out["node"], out["gpu"])
@@ -626,6 +655,10 @@ class RayExecutor(Executor):
         backend.restore(context.module, result.state, files, device, where)
         backend.activate()
         return backend
+
+    def stop_all(self, reason: str) -> None:
+        if self._schedule is not None:
+            self._schedule.cancel_all(reason)
 
     def discard(self, context: TuneContext) -> None:
         self._boxes.pop(context.name, None)
