@@ -42,6 +42,7 @@ class Slot:
     ready_ref: Any = None             # ObjectRef of actor.identity()
     info: dict | None = None          # identity once the actor answered
     busy: bool = False
+    owner: Any = None                 # the task its actor runs (or last ran, while the slot is kept for it)
 
     @property
     def alive(self) -> bool:
@@ -116,7 +117,7 @@ class ActorPool:
             self.turns)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
-        slot.busy = False
+        slot.busy, slot.owner = False, None
         logger.debug("slot %d: actor generation %d, log %s", slot.index, slot.generation, slot.log_path)
 
     def free(self, slot: Slot) -> None:
@@ -178,7 +179,7 @@ class ActorPool:
                 ray.kill(slot.actor, no_restart=True)
             except Exception as exc:  # already gone
                 logger.debug("kill of slot %d: %s", slot.index, exc)
-        slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
+        slot.actor, slot.ready_ref, slot.info, slot.busy, slot.owner = None, None, None, False, None
 
     def shutdown(self, cleanup_timeout_s: float = 10.0) -> None:
         """Ask the idle actors to remove their work folders (a busy or dead one cannot, and one still starting

@@ -193,9 +193,7 @@ class RayExecutor(Executor):
         self.open()
         self._wait_started()
         if self._schedule is None:
-            if self._pool is None:
-                raise ClusterError("the executor is closed")
-            self._schedule = Schedule(self._pool)
+            raise ClusterError("the executor is closed")
         return self._schedule
 
     @property
@@ -260,6 +258,7 @@ class RayExecutor(Executor):
                                max_restarts=self.max_actor_restarts, log_dir=log_dir,
                                limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
                                warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
+        self._schedule = Schedule(self._pool)
         self.open_s = time.perf_counter() - started
         logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
                     log_dir)

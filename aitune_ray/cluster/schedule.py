@@ -126,8 +126,7 @@ class Schedule:
         with self._lock:
             self._kept.discard(request)
             task, request.keep_slot = request.task, False
-            if task is not None and task.keep_slot and task.slot.alive and task.slot.busy and \
-                    task.slot.actor is not None and request.slot is task.slot and not task.node_lost:
+            if task is not None and task.keep_slot and task.slot.owner is task and task.slot.busy:
                 task.keep_slot = False
                 self.pool.free(task.slot)
 

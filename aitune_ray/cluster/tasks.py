@@ -68,7 +68,7 @@ class TaskRunner:
         call = getattr(slot.actor, method)
         ref = (call.options(name=name) if name else call).remote(*args)
         slot.busy = True
-        task = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, keep_slot, where=slot.identity(),
+        task = slot.owner = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, keep_slot, where=slot.identity(),
                     log_path=slot.log_path)
         self.inflight[ref] = task
         return task
