@@ -132,24 +132,24 @@ def tune_modules(modules: Iterable, device=None, executor: Executor | None = Non
 
             executor = journaled(executor, run_dir)
         dev = executor.resolve_device(device)
-        return collect_reports(run_modules([(m, dev) for m in modules], executor), raise_errors)
+        return collect_reports(run_modules([(m, dev, executor) for m in modules], executor), raise_errors)
 
 
 def run_modules(work: list[tuple], executor: Executor) -> list[tuple]:
-    """Tune each (module, device) of work through executor: concurrently where the executor runs one
-    schedule for all (Executor.concurrent_modules), else in turn. Returns (module, report or None, exception or
-    None) per module, in order. Ctrl-C (or a refused run folder) cancels every module's outstanding work and
-    is raised once each module has stopped."""
+    """Tune each (module, device, its executor) of work: concurrently where executor (the one they all use,
+    perhaps each through a run folder's journal) runs one schedule for all (Executor.concurrent_modules), else
+    in turn. Returns (module, report or None, exception or None) per module, in order. Ctrl-C (or a refused
+    run folder) cancels every module's outstanding work and is raised once each module has stopped."""
     if not executor.concurrent_modules or len(work) < 2:
         outcomes = []
-        for module, device in work:
-            outcomes.append(_attempt(module, device, executor))
+        for module, device, own in work:
+            outcomes.append(_attempt(module, device, own))
             if _fatal(outcomes[-1][2]):
                 module.stay_eager(_why_stopped(outcomes[-1][2]))
                 raise outcomes[-1][2]
         return outcomes
     threads = concurrent.futures.ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="aitune-ray-module")
-    futures = [threads.submit(_attempt, module, device, executor) for module, device in work]
+    futures = [threads.submit(_attempt, module, device, own) for module, device, own in work]
     try:
         pending = set(futures)
         while pending:
