@@ -77,7 +77,8 @@ class RayRunHandle(RunHandle):
                 elif what == "error":   # the progress callback raised as the build started
                     raise item.error
                 elif what == "requeued":
-                    self._ex.emit_job(self._ctx, item.payload, "queued", reason="its node left the cluster")
+                    self._ex.emit_job(self._ctx, item.payload, "queued", reason="its node left the cluster",
+                                      lost_log=item.lost_logs[-1])
                 elif what == "cancelled":   # not by this handle: the whole job was stopped
                     raise BuildError(f"{self._ctx.name}: its work was cancelled ({item.payload.key})")
                 elif what == "end":

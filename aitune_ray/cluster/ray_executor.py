@@ -327,6 +327,7 @@ class RayExecutor(Executor):
 
     def _stop(self) -> None:
         if self._schedule is not None:
+            self._failed = self._failed or self._schedule.lost > 0   # a lost node's logs are kept
             self._schedule.close()
             self._schedule = None
         if self._pool is not None:

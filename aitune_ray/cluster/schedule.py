@@ -64,7 +64,7 @@ class Request:
     task: Task | None = None
     slot: Slot | None = None
     unrun: str = ""               # why it never ran (no actor left)
-    lost: int = 0                 # how often its node was lost under it
+    lost_logs: list = dataclasses.field(default_factory=list)   # the actor logs of attempts lost with a node
     started: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
 
@@ -85,6 +85,7 @@ class Schedule:
         self._closed = False
         self._seen: set = set()      # actors' start refs already seen ready
         self._kept: set[Request] = set()   # ended keep_slot requests whose owner has not taken the result yet
+        self.lost = 0                # tasks queued again because their node left (their logs are kept)
         here = ray.get_runtime_context().get_node_id()
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=True)
         self._bell_class = ray.remote(Bell).options(num_cpus=0, scheduling_strategy=strategy)
@@ -301,8 +302,9 @@ class Schedule:
         request: Request = task.payload
         if request.state != "running":
             return
-        if task.node_lost and request.lost < NODE_LOSS_RETRIES:
-            request.lost += 1
+        if task.node_lost and len(request.lost_logs) < NODE_LOSS_RETRIES:
+            request.lost_logs.append(task.log_path)
+            self.lost += 1
             logger.warning("%s: its node left the cluster; it runs again elsewhere (actor log: %s)",
                            request.name or request.method, task.log_path)
             request.task, request.slot, request.state = None, None, "queued"
