@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +109,46 @@ def test_models_share_the_executor_and_default_their_outputs_to_their_names(tmp_
     jobs = load_jobs(write(tmp_path / "pair.yaml", data))
     assert [(j.name, j.output) for j in jobs] == [("small", "pair.small.ait"), ("large", "pair.large.ait")]
     assert all(j.executor.gpu_kind == "H100" and j.executor.max_actors == 4 and j.device == "cpu" for j in jobs)
+
+
+def gated_entry(tmp_path: Path, name: str, tags: tuple[int, int]) -> dict:
+    return {"name": name, "model": "tests.resume_job:make_model", "data": "tests.resume_job:make_data",
+            "modules": [{"path": "", "name": "net"}],
+            "strategy": {"type": "MaxThroughput", "measure": FAST_MEASURE, "deploy_check_rounds": 0},
+            "backends": [{"type": "tests.fault_helpers:GatedBackend", "config": {"tag": t}} for t in tags],
+            "output": str(tmp_path / f"{name}.ait"), "report": str(tmp_path / f"{name}.md")}
+
+
+def test_a_killed_job_of_two_models_resumes_running_only_what_is_missing(tmp_path, monkeypatch, capsys):
+    """The driver is killed while the second model's second candidate builds: the resumed job builds that one
+    alone (the first model's results and the rest of the second's come from their run folders)."""
+    from tests.test_resume import builds, restores
+
+    job = write(tmp_path / "job.yaml", {"device": "cpu", "executor": {"type": "inline", "remeasure_rounds": 3},
+                                        "models": [gated_entry(tmp_path, "first", (1, 2)),
+                                                   gated_entry(tmp_path, "second", (3, 4))]})
+    log = tmp_path / "builds.log"
+    env = dict(os.environ, AITUNE_TEST_BLOCK="4", AITUNE_TEST_BUILD_LOG=str(log),
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    driver = subprocess.Popen([sys.executable, "-m", "aitune_ray.cli", "tune", str(job)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in driver.stdout:   # blocks until the driver prints; no timing involved
+            if line.startswith("BLOCKED"):
+                break
+        else:
+            pytest.fail(f"the driver ended (rc {driver.wait()}) before the build of tag 4")
+        driver.send_signal(signal.SIGKILL)
+    finally:
+        driver.wait()
+        driver.stdout.close()
+    assert builds(log) == [1, 2, 3, 4] and not list(tmp_path.glob("*.ait"))
+    monkeypatch.setenv("AITUNE_TEST_BUILD_LOG", str(log))
+    monkeypatch.chdir(REPO)
+    assert main(["tune", str(job), "--resume"]) == 0, capsys.readouterr().out
+    assert builds(log)[4:] == [4]                          # only the build the kill interrupted
+    assert set(restores(log)) <= {1, 2, 3}                # stored results restored to be re-measured
+    for name, tags in (("first", {1, 2}), ("second", {3, 4})):
+        run = json.loads((tmp_path / f"{name}.json").read_text())
+        assert {r["spec"]["config"]["tag"] for r in run["report"]["modules"][0]["results"]} == tags
+        assert (tmp_path / f"{name}.ait").is_file() and run["checkpoint_check"]["passed"]
