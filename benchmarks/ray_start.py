@@ -51,7 +51,7 @@ def child(plain_shutdown: bool, plain_start: bool) -> dict:
     import ray
     from ray._private import node, services
 
-    from aitune_ray.cluster import RayExecutor, lean_start, ray_executor
+    from aitune_ray.cluster import RayExecutor, lean_start, session
 
     seconds: dict[str, float] = {}
     _timed(node.Node, "start_head_processes", "ray.init: head processes (GCS, monitor, API server)", seconds)
@@ -62,7 +62,7 @@ def child(plain_shutdown: bool, plain_start: bool) -> dict:
                                           "(asked every 20 ms)", seconds)
     _timed(node.Node, "_kill_process_impl", lambda args, kwargs: f"ray.shutdown: stopping {args[1]}", seconds)
     if plain_shutdown:
-        ray_executor._stop_local_monitor = lambda: False
+        session.stop_local_monitor = lambda: False
     if plain_start:
         def as_ray_does(init) -> bool:
             init()

@@ -19,13 +19,8 @@ finished kernel plan) first gets one from the driver, its tasks on these actors
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import copy
 import logging
-import os
 import platform
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,85 +29,29 @@ from typing import Callable
 import ray
 import torch
 
-from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
-from aitune_ray.bytecode import advice, uncached
-from aitune_ray.cluster import kinds, layout, lean_start
+from aitune_ray.backend.backend import Backend
 from aitune_ray.cluster.detached import DetachedBackend
-from aitune_ray.cluster.layout import Layout
+from aitune_ray.cluster.driver_gpu import DriverGpu
 from aitune_ray.cluster.handle import RayRunHandle
-from aitune_ray.executor import Executor, RunHandle, TuneContext
+from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.pool import ActorPool
 from aitune_ray.cluster.schedule import Request, Schedule
+from aitune_ray.cluster.session import RaySession, check_reachable, cpu_module, tensors_of_sample
 from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task
-from aitune_ray.device import gpu_identity, parse_device
-from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
-from aitune_ray.failures import classify, short
-from aitune_ray.measure.timing import Timing, profile_samples
-from aitune_ray.measure.turns import shares_gpu, turns_for
-from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.cluster.timing_calls import TimingCalls
+from aitune_ray.errors import ConfigError
+from aitune_ray.executor import Executor, RunHandle, TuneContext
+from aitune_ray.results import CRASHED, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.warm_up import WARM_UP_MODES
-from aitune_ray.worker import finalist, remeasured_eager
+
+__all__ = ["RayExecutor", "check_reachable"]
 
 logger = logging.getLogger(__name__)
 
 
-def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
-    tensors = list(module.parameters()) + list(module.buffers())
-    if all(t.device.type == "cpu" for t in tensors):
-        return module
-    return copy.deepcopy(module).to("cpu")
-
-
-def check_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """Raise ClusterError naming address when nothing listens there (ray.init would retry for minutes)."""
-    import socket
-
-    target = address.split("://", 1)[-1]
-    host, _, port = target.rpartition(":")
-    if address == "auto" or not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ClusterError(f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}); check the "
-                           "address (--address, executor.address or RAY_ADDRESS) and that its head node is up") from exc
-
-
-def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
-    """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
-    worker crashed, hung or ran out of memory (then the logs stay: the report names them)."""
-    import shutil
-
-    folder = Path(log_dir)
-    for work in folder.glob("work-actor*"):
-        shutil.rmtree(work, ignore_errors=True)
-    if own and not keep_logs:
-        shutil.rmtree(own, ignore_errors=True)
-    elif own:
-        logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
-
-
-def _stop_local_monitor() -> bool:
-    """Kill the autoscaler monitor of the Ray this process started, before ray.shutdown(). Shutdown sends
-    each of Ray's processes SIGTERM and waits up to a second for it; the monitor, which a single-node Ray
-    started here has no use for, takes that whole second. Returns whether one was killed."""
-    node = getattr(ray._private.worker, "_global_node", None)   # Ray's own handle on the processes it started
-    infos = (getattr(node, "all_processes", None) or {}).get("monitor") or []
-    killed = False
-    for info in infos:
-        process = getattr(info, "process", None)
-        if process is not None and process.poll() is None:
-            process.kill()
-            with contextlib.suppress(Exception):
-                process.wait(timeout=1)
-            killed = True
-    return killed
-
-
-class RayExecutor(Executor):
+class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
     """Runs candidate jobs on a pool of Ray actors, one per GPU, through one schedule for every module of
     the job (aitune_ray.cluster.schedule): modules are tuned at once.
 
@@ -187,208 +126,20 @@ class RayExecutor(Executor):
         self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
-    @property
-    def schedule(self) -> Schedule:
-        """The job's one schedule over the actor pool (made with the pool, waiting for a start under way)."""
-        self.open()
-        self._wait_started()
-        if self._schedule is None:
-            raise ClusterError("the executor is closed")
-        return self._schedule
 
-    @property
-    def pool(self) -> ActorPool | None:
-        """The actor pool, once open() made it (waiting for a start still under way)."""
-        self._wait_started()
-        return self._pool
 
-    def _wait_started(self) -> None:
-        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
-        if self._starting is not None:
-            self._starting.wait()
 
-    @pool.setter
-    def pool(self, value) -> None:
-        self._pool = value
 
-    def open(self) -> None:
-        """Connect to Ray, or start it on this machine, and create the tuner actors. A Ray it starts here
-        starts on a thread of its own and open() returns at once: what needs the actors waits for them, while
-        the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
-        if self._pool is not None or self._starting is not None:
-            return
-        missing = uncached()
-        if missing:   # the actors on this machine pay it before their first build; doctor checks every node
-            logger.warning("tuner actors on this machine will start slowly: %s", advice(missing))
-        if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
-            self._start()
-            return
-        # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
-        self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
-        self._own_ray = self._local = True
-        self._starting = Background(self._start, "starting Ray on this machine")
 
-    def _start(self) -> None:
-        started = time.perf_counter()
-        if not ray.is_initialized():
-            address = self.address or os.environ.get("RAY_ADDRESS")
-            if address:
-                logger.info("connecting to the Ray cluster at %s", address)
-                check_reachable(address)
-                ray.init(address=address)
-            else:
-                logger.info("starting Ray on this machine (local single-node mode)")
-                # No idle workers prestarted, one per CPU: on a many-core machine their start competes
-                # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
-                # server, which this job's own Ray does not serve (lean_start).
-                self.started_lean = lean_start.start(lambda: ray.init(
-                    include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
-            self._own_ray = True
-        resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
-        self._close_layout("no batch had come when Ray was up")
-        size, num_gpus = self._pool_shape(gpus, cpus)
-        if not self._local:
-            self._driver_turns = self._driver_uses_the_gpu(size)
-        log_dir = self.log_dir or tempfile.mkdtemp(prefix="aitune-ray-logs-")
-        self._own_log_dir = None if self.log_dir else log_dir
-        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
-                               turns=self._driver_turns,
-                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
-                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
-                               warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
-        self._schedule = Schedule(self._pool)
-        self.open_s = time.perf_counter() - started
-        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
-                    log_dir)
 
-    def _choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
-        """With gpus_per_actor=None, on a Ray being started here: the actors per GPU for this first batch
-        (aitune_ray.cluster.layout), unless the pool was made already."""
-        with self._layout_lock:
-            if not self._layout_open:
-                return
-            self._layout_open = False
-            if not (self._local and self._local_gpus > 0 and torch.device(context.device).type == "cuda"):
-                return
-            if self.max_actors is not None and self.max_actors <= self._local_gpus:
-                self.layout = Layout(1, f"max_actors={self.max_actors}")
-            else:
-                tensors = [*context.module.parameters(), *context.module.buffers(),
-                           *(t for sample in context.samples for t in _tensors(sample))]
-                self.layout = layout.choose(job_bytes=layout.tensor_bytes(tensors), gpu_bytes=layout.local_gpu_bytes(),
-                                            gpus=self._local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
-            self.gpus_per_actor = self.layout.gpus_per_actor
-            logger.info("%d tuner actor(s) per GPU: %s", self.layout.actors_per_gpu, self.layout.reason)
 
-    def _close_layout(self, why: str) -> None:
-        """The pool is being made: the layout is what it is now."""
-        with self._layout_lock:
-            if self._layout_open and self._local and self._local_gpus > 0:
-                self.layout = Layout(1, why)
-                logger.info("one tuner actor per GPU: %s", why)
-            self._layout_open = False
 
-    def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
-        """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
-        if gpus > 0 and self.gpus_per_actor > 0:
-            num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
-            size = min(size, self.max_actors or size)
-        else:
-            num_gpus, size = 0, self.max_actors or 1
-            if not quiet:
-                logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
-        if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
-            fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
-            logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
-                           self.cpus_per_actor, cpus, fit)
-            size = fit
-        if size < 1:
-            raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
-        return size, num_gpus
 
-    def _actors(self) -> int:
-        """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
-        if self._pool is None and self._local and self._starting is not None and not self._starting.done():
-            return self._pool_shape(self._local_gpus, None, quiet=True)[0]
-        return len(self.pool.slots) if self.pool is not None else 0
 
-    def close(self) -> None:
-        starting, self._starting = self._starting, None
-        if starting is not None:   # a start still under way is waited for, then undone
-            with contextlib.suppress(ClusterError):
-                starting.wait()
-        try:
-            self._stop()
-        finally:
-            if starting is not None:   # after the shutdown: Ray's processes go with the thread that started them
-                starting.release()
 
-    def _stop(self) -> None:
-        if self._schedule is not None:
-            self._failed = self._failed or self._schedule.lost > 0   # a lost node's logs are kept
-            self._schedule.close()
-            self._schedule = None
-        if self._pool is not None:
-            self._pool.shutdown()
-            _remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
-            self._pool = None
-        self._boxes.clear()
-        self._baselines.clear()
-        if self._own_ray and ray.is_initialized():
-            started = time.perf_counter()
-            if self._local:
-                try:
-                    _stop_local_monitor()
-                except Exception as exc:  # Ray's internals moved: shutdown then waits its second for it
-                    logger.debug("the local Ray's monitor was not stopped first: %s", exc)
-            ray.shutdown()
-            self.shutdown_s = time.perf_counter() - started
-        self._own_ray = self._local = self._driver_turns = False
 
-    def resolve_device(self, device) -> torch.device:
-        """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
-        has GPUs and the actors see CUDA (logical GPUs without CUDA, as in CPU tests, mean cpu). A cuda
-        index is dropped: each actor uses its own GPU. On a Ray this executor is starting here, the answer
-        does not wait for it: that Ray has this process's GPUs."""
-        self.open()
-        starting = self._local and self._pool is None
-        gpus = self._local_gpus if starting else ray.cluster_resources().get("GPU", 0.0)
-        if device is None:
-            if gpus > 0 and not self._actors_see_cuda():
-                logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
-                return torch.device("cpu")
-            return torch.device("cuda" if gpus > 0 else "cpu")
-        dev = parse_device(device)
-        if dev.type == "cpu":
-            return dev
-        if gpus <= 0:
-            raise DeviceError(f"device {device!r} was asked for, but the Ray cluster has no GPU")
-        if dev.index is not None:
-            logger.info("device %s: on Ray every actor uses its own GPU; the index is ignored", dev)
-        return torch.device("cuda")
 
-    def _actors_see_cuda(self) -> bool:
-        """Whether the actors see a CUDA device. On the Ray this executor started on this machine, or on a
-        cluster whose GPUs are all on this driver's node (`ray job submit` to a one-machine cluster), the GPU
-        actors are this machine's processes: they do when this one does, and nobody waits for an actor to
-        start (the driver builds its model, records, times eager and profiles meanwhile). Elsewhere the first
-        actor to start says."""
-        if torch.cuda.is_available() and (self._local or self._driver_has_the_gpu()):
-            return True
-        return self._actors_have_cuda()
 
-    def _actors_have_cuda(self, timeout_s: float = 300.0) -> bool:
-        """Whether the first actor to start sees a CUDA device (True when none answers in time)."""
-        refs = [s.ready_ref for s in self.pool.alive() if s.ready_ref is not None]
-        if not refs:
-            return True
-        done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
-        try:
-            return bool(ray.get(done[0]).get("cuda")) if done else True
-        except ray.exceptions.RayError:
-            return True
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -412,26 +163,12 @@ class RayExecutor(Executor):
         if entry is not None and entry[0] is context.module and entry[1] is context.samples:
             return entry[2]
         samples = context.samples
-        if any(t.device.type != "cpu" for s in samples for t in _tensors(s)):
+        if any(t.device.type != "cpu" for s in samples for t in tensors_of_sample(s)):
             samples = samples.to("cpu")
-        box = [self.put(_cpu_module(context.module)), self.put(samples)]
+        box = [self.put(cpu_module(context.module)), self.put(samples)]
         self._boxes[context.name] = (context.module, context.samples, box)
         return box
 
-    def _run(self, request: Request, what: str):
-        """One call through the job's schedule, under task_timeout_s; a dead or stuck actor is replaced and
-        this raises BuildError."""
-        task = self.schedule.wait(request).task
-        if task is None:
-            raise BuildError(f"{what} did not run: {request.unrun or 'it was cancelled'}")
-        if task.timed_out:
-            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
-        if task.failure is not None and task.failure.worker_lost:
-            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
-                from task.failure.cause
-        if task.failure is not None:
-            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
-        return task.out
 
     def emit_job(self, context: TuneContext, job: CandidateJob, event: str, status: str = "running",
                  where: dict | None = None, elapsed_s: float = 0.0, task: str = "build", **extra) -> None:
@@ -455,96 +192,12 @@ class RayExecutor(Executor):
                       **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
-    def _driver_times(self, context: TuneContext) -> bool:
-        """Whether this driver may time eager itself: on a machine of one GPU where it started Ray (or that
-        is the whole cluster and runs the driver, see _driver_has_the_gpu), with the
-        module and its samples already on that GPU (no second copy of the weights), for a strategy that
-        re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
-        while the tuner actor is still starting, instead of after it: its start leaves the critical path.
-        On several GPUs one actor times it, while the others build. The actors of the one GPU take turns there
-        (actors_share_gpus), so they wait for the driver's timing: it takes a timing's turn there
-        (aitune_ray.measure.turns)."""
-        if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
-            return False
-        if not self._on_one_gpu() or not self._driver_has_the_gpu():
-            return False
-        tensors = [*context.module.parameters(), *context.module.buffers(),
-                   *(t for sample in context.samples for t in _tensors(sample))]
-        return all(t.device.type == "cuda" for t in tensors)
 
-    def _driver_has_the_gpu(self) -> bool:
-        """Whether the cluster's GPUs are this driver's: a Ray started here, or a cluster whose GPUs are all
-        on the driver's node (`ray job submit` to a one-GPU machine, where the job's driver runs beside
-        the actors)."""
-        if self._local:
-            return True
-        try:
-            gpus = ray.cluster_resources().get("GPU", 0.0)
-            here = ray.get_runtime_context().get_node_id()
-            mine = next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == here and n["Alive"]),
-                        0.0)
-        except Exception as exc:   # an older or partial Ray: the actors time eager, as on a cluster
-            logger.debug("where the cluster's GPUs are is not known: %s", exc)
-            return False
-        return 0 < gpus <= mine + 1e-9
 
-    def _on_one_gpu(self, actors: int | None = None) -> bool:
-        """Whether every actor of the pool (or of a pool of that many actors) is on one and the same GPU (one
-        actor, or several sharing it)."""
-        actors = self._actors() if actors is None else actors
-        return self.gpus_per_actor > 0 and actors * self.gpus_per_actor <= 1 + 1e-9
 
-    def actors_share_gpus(self) -> bool:
-        """Whether the actors share their GPUs, with each other (gpus_per_actor below 1) or with this driver,
-        which times eager and profiles on the one GPU of a pool of whole-GPU actors (_driver_uses_the_gpu):
-        the actors then take turns there, and so do the driver's timings and profiles."""
-        return shares_gpu(self.gpus_per_actor) or self._driver_turns
 
-    def _driver_uses_the_gpu(self, size: int) -> bool:
-        """Whether a pool of size actors, on the cluster this driver joined, is on one GPU that this driver,
-        which has CUDA, uses too: a cluster whose one GPU is on the driver's node (`ray job submit` to a
-        one-GPU machine). A Ray started here: this machine has one GPU (open())."""
-        return torch.cuda.is_available() and self._on_one_gpu(size) and self._driver_has_the_gpu()
 
-    def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
-        return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),
-                       context.name, self.task_timeout_s, name=f"baseline {context.name}", timing=True,
-                       on_driver=on_driver)
 
-    def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        """Eager timed on one actor: the request submit_early() queued ahead of the module's builds, else a new
-        one; or on the driver, with one actor held idle meanwhile (see submit_early)."""
-        request = self._baselines.pop(context.name, None) or self._baseline_request(context)
-        if request.state == "new":
-            self.schedule.submit(request)
-        started, status, where = time.monotonic(), ERROR, {}
-        try:
-            if request.on_driver:
-                while not request.started.wait(5.0):   # the one actor is idle: nothing else runs on the GPU
-                    pass
-                where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"}
-                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
-                          batch_sizes=context.samples.batch_sizes())
-                logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
-                with turns_for(context.device, self.actors_share_gpus()).timing():
-                    timed = profile_samples(context.module, context.samples, context.device, context.measure)
-                data = {bs: t.to_dict() for bs, t in timed.items()}
-            else:
-                while not request.started.wait(5.0):
-                    pass
-                where = request.slot.identity() if request.slot is not None else {}
-                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
-                          batch_sizes=context.samples.batch_sizes())
-                data = self._run(request, f"eager baseline of {context.name}")
-            status = "ok"
-        finally:
-            if request.on_driver:
-                self.schedule.release(request)
-            elif request.state != "ended":
-                self.schedule.cancel([request], "the baseline was abandoned")
-            self.emit(context, "done", task="baseline", status=status, where=where,
-                      elapsed_s=time.monotonic() - started)
-        return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         self.open()
@@ -574,51 +227,6 @@ class RayExecutor(Executor):
         handle.start()
         return handle
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        # Always, as inline: numbers of one GPU taken at different times drift too. On the actor that built most
-        # finalists (which restores fewest), else one on the GPU that measured most, else any idle one.
-        if not results:
-            return None
-        self.schedule.hand_on(context.name)   # the actors of this module's results it has taken
-        identities = collections.Counter((r.node, r.gpu) for r in results)
-        payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
-        best = identities.most_common(1)[0][0]
-        holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
-        holder = holders.most_common(1)[0][0] if holders else ""
-
-        def rank(slot) -> int:
-            info = slot.identity()
-            return 0 if holder and slot.log_path == holder else 1 if (info.get("node"), info.get("gpu")) == best else 2
-
-        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            request = Request("remeasure", (context.name, self.box(context), self.intent(context), payload,
-                                            self.remeasure_rounds, context.measure.to_dict()), context.name,
-                              self.task_timeout_s, name=f"remeasure {context.name}", timing=True,
-                              rank=rank if attempt == 1 else None)
-            self.schedule.submit(request)
-            while not request.started.wait(5.0):
-                pass
-            where = request.slot.identity() if request.slot is not None else {}
-            started = time.monotonic()
-            self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
-            try:
-                out = self._run(request, f"re-measurement of {context.name}")
-                break
-            except BuildError as exc:
-                self.emit(context, "done", task="remeasure", status=ERROR, where=where,
-                          elapsed_s=time.monotonic() - started)
-                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
-                # (the text, not the exception: a kept log record would keep its frames and their locals)
-                if attempt == 2 or not lost or not self.pool.alive():
-                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
-                    return None
-                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
-        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
-        eager = remeasured_eager(results, out)
-        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
-                    len(out["results"]), len(identities), out["node"], out["gpu"])
-        return eager
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
@@ -673,7 +281,3 @@ class RayExecutor(Executor):
         return ray.get([s.actor.stats.remote() for s in self.pool.alive()])
 
 
-def _tensors(sample) -> list[torch.Tensor]:
-    from aitune_ray.samples import tensors_of
-
-    return tensors_of((sample.args, sample.kwargs, sample.outputs))
