@@ -79,8 +79,8 @@ class RayRunHandle(RunHandle):
                 elif what == "requeued":
                     self._ex.emit_job(self._ctx, item.payload, "queued", reason="its node left the cluster",
                                       lost_log=item.lost_logs[-1])
-                elif what == "cancelled":   # not by this handle: the whole job was stopped
-                    raise BuildError(f"{self._ctx.name}: its work was cancelled ({item.payload.key})")
+                elif what in ("cancelled", "stopped"):   # not by this handle: the whole job was stopped
+                    raise BuildError(f"{self._ctx.name}: its work was cancelled")
                 elif what == "end":
                     # Each ended build is handed on before its actor gets the next one: what the consumer releases
                     # on seeing it (MaxThroughput drops builds out of reach) then reaches that actor ahead of its
@@ -97,6 +97,10 @@ class RayRunHandle(RunHandle):
         finally:
             if not finished:   # Ctrl-C, an error in the consumer, or the consumer stopped early
                 self.cancel()
+
+    def stop(self) -> None:
+        """The whole job is stopped (Executor.stop_all): the consumer's wait ends with an error (its plans too)."""
+        self._inbox.put(("stopped", None))
 
     def cancel(self) -> None:
         if self._cancelled:

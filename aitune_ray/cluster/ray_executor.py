@@ -23,6 +23,7 @@ import logging
 import platform
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -122,6 +123,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         self._boxes: dict[str, tuple] = {}
         self._baselines: dict[str, Request] = {}   # module name -> its eager baseline, queued by submit_early
         self._schedule: Schedule | None = None     # the job's one schedule over the pool
+        self._handles: weakref.WeakSet = weakref.WeakSet()   # the run handles of this job (stop_all stops them)
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
         self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
@@ -203,6 +205,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         self.open()
         self._choose_layout(context, jobs)
         handle = RayRunHandle(self, context, jobs)
+        self._handles.add(handle)
         if self._pool is not None:   # else its builds queue when iterated (a local Ray is still starting)
             handle.start()
         return handle
@@ -215,6 +218,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         self.open()
         self._choose_layout(context, jobs)
         handle = RayRunHandle(self, context, jobs)
+        self._handles.add(handle)
         on_driver = self._driver_times(context)
         if self._pool is None and on_driver:   # Ray is still starting: eager is timed now, the builds follow
             placeholder = Request("baseline", (), context.name, 0.0, on_driver=True, timing=True, state="placeholder")
@@ -265,6 +269,8 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         return backend
 
     def stop_all(self, reason: str) -> None:
+        for handle in list(self._handles):
+            handle.stop()
         if self._schedule is not None:
             self._schedule.cancel_all(reason)
 

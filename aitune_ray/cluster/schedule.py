@@ -146,9 +146,9 @@ class Schedule:
                 self.pool.free(request.slot)
             request.done.set()
 
-    def cancel(self, requests: list[Request], reason: str) -> list[Request]:
-        """Drop the queued ones and kill the running ones (their actors are replaced, not counted as failures).
-        Returns the requests that were running."""
+    def cancel(self, requests: list[Request], reason: str, replace: bool = True) -> list[Request]:
+        """Drop the queued ones and kill the running ones (their actors are replaced, not counted as failures;
+        replace=False: only killed, as the pool is shutting down). Returns the requests that were running."""
         stopped = []
         with self._lock:
             for request in requests:
@@ -158,7 +158,10 @@ class Schedule:
                     stopped.append(request)
                     if request.task is not None:
                         self.runner.inflight.pop(request.task.ref, None)
-                        self.pool.replace(request.task.slot, reason, failure=False)
+                        if replace:
+                            self.pool.replace(request.task.slot, reason, failure=False)
+                        else:
+                            self.pool.kill(request.task.slot)
                     elif request.slot is not None:
                         self.pool.free(request.slot)
                 else:
@@ -169,10 +172,10 @@ class Schedule:
                 request._tell("cancelled")
         return stopped
 
-    def cancel_all(self, reason: str) -> None:
+    def cancel_all(self, reason: str, replace: bool = True) -> None:
         """Cancel everything queued or running (Ctrl-C during a job): each owner is told."""
         with self._lock:
-            self.cancel(list(self._queue) + [t.payload for t in self.runner.inflight.values()], reason)
+            self.cancel(list(self._queue) + [t.payload for t in self.runner.inflight.values()], reason, replace)
 
     def ring(self) -> None:
         """Wake the loop (new work, or a slot freed by other work); its own thread needs no bell."""
@@ -185,7 +188,7 @@ class Schedule:
     def close(self) -> None:
         """Cancel everything and stop the loop."""
         with self._lock:
-            self.cancel_all("the executor was closed")
+            self.cancel_all("the executor was closed", replace=False)
             self._closed = True
         bell, self._bell = self._bell, None
         if bell is None or self.in_loop():
