@@ -129,3 +129,21 @@ def test_costs_start_as_hints_and_turn_into_this_job_s_seconds():
     costs.measured("b", other, 2.0)
     assert costs.estimate("b", costly) == pytest.approx(2.0)     # b builds 2 s per hint unit
     assert costs.estimate("c", {"type": "no.such:Backend", "config": {}}) == pytest.approx(5.0)   # the job's mean
+
+
+def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_module_in_its_own_order():
+    from aitune_ray.cluster.schedule import Request, in_order
+
+    def build(module: str, group: int, cost: float, seq: int) -> Request:
+        return Request("run", (), module, 1.0, name=f"{module}:{cost:g}", cost=cost, group=group, seq=seq)
+
+    waiting = [build("a", 1, 6.0, 1), build("a", 1, 3.0, 2), build("a", 1, 1.5, 3),
+               build("b", 2, 1.0, 4), build("b", 2, 9.0, 5),      # FirstWins order: its cheap first choice first
+               Request("remeasure", (), "c", 1.0, name="c:remeasure", timing=True, seq=6),
+               build("d", 4, 4.0, 7)]
+    order = []
+    while waiting:   # one actor frees up at a time: the first in order takes it
+        first = in_order(waiting)[0]
+        order.append(first.name)
+        waiting.remove(first)
+    assert order == ["c:remeasure", "a:6", "d:4", "a:3", "a:1.5", "b:1", "b:9"]

@@ -73,6 +73,23 @@ class Request:
             self.sink.put((what, self))
 
 
+def in_order(waiting: list[Request]) -> list[Request]:
+    """The order in which waiting requests get an idle actor: timing calls first (in the order queued), then
+    builds by the expected cost of their module's next build, costliest first; a module's own builds in the
+    order its strategy gave them."""
+    heads: dict[int, float] = {}
+    for request in sorted(waiting, key=lambda r: r.seq):   # each module's next build sets its cost
+        if not request.timing:
+            heads.setdefault(request.group, request.cost)
+
+    def key(request: Request) -> tuple:
+        if request.timing:
+            return (0, 0.0, request.seq)
+        return (1, -heads[request.group], request.seq)
+
+    return sorted(waiting, key=key)
+
+
 class Schedule:
     def __init__(self, pool: ActorPool):
         self.pool = pool
@@ -250,23 +267,15 @@ class Schedule:
         if not self._closed and self._bell is not None:
             self._bell_ref = self._bell.wait.remote()
 
-    def _order(self, request: Request, heads: dict[int, float]) -> tuple:
-        if request.timing:
-            return (0, 0.0, request.seq)
-        return (1, -heads.get(request.group, request.cost), request.seq)
-
     def _dispatch(self) -> None:
-        if not self._queue or any(self.pool.demand.values()):   # the kernel forge's tasks go first
+        if not self._queue:
             return
+        forge = any(self.pool.demand.values())   # the kernel forge's tasks go before builds, not timing calls
         idle = [s for s in self.pool.idle() if s.generation == 1 or s.ready()]
-        waiting = [r for r in self._queue if r.hold is None or r.hold()]
+        waiting = [r for r in self._queue if (r.hold is None or r.hold()) and (r.timing or not forge)]
         while idle and waiting:
-            heads: dict[int, float] = {}
-            for request in sorted(waiting, key=lambda r: r.seq):   # each module's next build sets its cost
-                if not request.timing:
-                    heads.setdefault(request.group, request.cost)
             placed = False
-            for request in sorted(waiting, key=lambda r: self._order(r, heads)):
+            for request in in_order(waiting):
                 slot = self._pick(request, idle)
                 if slot is None:
                     continue
