@@ -147,3 +147,36 @@ def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_
         order.append(first.name)
         waiting.remove(first)
     assert order == ["c:remeasure", "a:6", "d:4", "a:3", "a:1.5", "b:1", "b:9"]
+
+
+@pytest.mark.parametrize("fake_gpus", [3], indirect=True)
+def test_ctrl_c_while_modules_are_tuned_at_once_cancels_every_module_s_work(fake_gpus):
+    """Three modules at once: b's build waits until a's and c's (which hang) are under way; Ctrl-C (raised by the
+    progress callback) as b's build ends stops all three, kills both hung builds, and leaves every module eager."""
+    from tests.ray_helpers import HangingBackend
+
+    turnstile = start_turnstile("ctrl-c")
+    started: set[str] = set()
+
+    def progress(event):
+        if event["event"] == "building" and event["module"] in ("a", "c"):
+            started.add(event["module"])
+            if started == {"a", "c"}:
+                turnstile.release.remote()
+        if event["module"] == "b" and event["event"] == "done" and event["task"] == "build":
+            raise KeyboardInterrupt
+
+    executor = RayExecutor(task_timeout_s=300, remeasure_rounds=3, cpus_per_actor=0, warm_up="off",
+                           progress=progress)
+    modules = [recorded("a", max_throughput([HangingBackend(HelperConfig(build_s=300))])),
+               recorded("b", max_throughput([gated("ctrl-c", 1)])),
+               recorded("c", max_throughput([HangingBackend(HelperConfig(build_s=300, tag=1))]))]
+    try:
+        executor.open()
+        generations = sum(s.generation for s in executor.pool.slots)
+        with pytest.raises(KeyboardInterrupt):
+            tune_modules(modules, executor=executor)
+        assert all(m.state == ModuleState.EAGER for m in modules)
+        assert sum(s.generation for s in executor.pool.slots) == generations + 2   # both hung builds killed
+    finally:
+        executor.close()
