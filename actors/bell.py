@@ -4,11 +4,15 @@ Ray's futures alone (its tasks, its actors' start) and still wake when new work 
 from __future__ import annotations
 
 import asyncio
+import socket
 
 
 class Bell:
     def __init__(self):
         self._rung = asyncio.Event()
+
+    def __repr__(self) -> str:   # Ray's dashboard shows this name
+        return f"schedule bell@{socket.gethostname()}"
 
     async def ring(self) -> None:
         self._rung.set()

@@ -37,7 +37,7 @@ def test_actors_and_tasks_carry_readable_names(tmp_path):
             report = recorded("names", max_throughput([fast(tag=1)])).tune(executor=executor)
             assert report.results[0].ok
             host = socket.gethostname()
-            actors = _until(lambda: [a.repr_name for a in list_actors(detail=True)],
+            actors = _until(lambda: [a.repr_name for a in list_actors(detail=True) if a.class_name == "TunerActor"],
                             lambda names: len([n for n in names if n]) >= 2)
             assert sorted(actors) == [f"tuner gpu0@{host}", f"tuner gpu1@{host}"]
             tasks = _until(lambda: {t.name for t in list_tasks(limit=1000)},
