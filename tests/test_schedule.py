@@ -180,3 +180,20 @@ def test_ctrl_c_while_modules_are_tuned_at_once_cancels_every_module_s_work(fake
         assert sum(s.generation for s in executor.pool.slots) == generations + 2   # both hung builds killed
     finally:
         executor.close()
+
+
+def test_a_device_that_runs_a_timing_session_takes_no_second_one():
+    """On GPUs each actor's GPU is its own device; a module tuned for the CPU times on its node's CPUs, which
+    every actor of that node shares."""
+    from aitune_ray.cluster.pool import Slot
+    from aitune_ray.cluster.schedule import Request, Schedule, device_of
+
+    slots = [Slot(i, actor=object(), generation=1, info={"node_id": "n1", "gpu_ids": [str(i)]}) for i in range(2)]
+    schedule = Schedule.__new__(Schedule)   # its choice of a slot alone: no Ray, no loop
+    for on_cpu, expected in ((False, slots[1]), (True, None)):
+        running = Request("baseline", (), "a", 1.0, timing=True, on_cpu=on_cpu)
+        schedule._timing_on = {device_of(slots[0], running): running}
+        other = Request("remeasure", (), "b", 1.0, timing=True, on_cpu=on_cpu)
+        assert schedule._pick(other, list(slots)) is expected
+        build = Request("run", (), "b", 1.0)
+        assert schedule._pick(build, list(slots)) is slots[0]   # builds are not timing sessions

@@ -8,8 +8,8 @@ or a slot is freed elsewhere (the kernel forge's tasks, which get idle actors fi
 Order: timing calls (a module's eager baseline, its re-measure) before builds, so that a module whose builds
 are over is not held behind the others'; builds by the expected cost of each module's next build, costliest
 first (costs.Costs), each module's own builds in the order its strategy gave. A timing call runs alone on its
-actor, which owns its GPU (actors sharing a GPU take turns at it, aitune_ray.measure.turns): no two timing
-sessions share a device. A task whose node left the cluster is queued again, up to NODE_LOSS_RETRIES times;
+actor, and never beside another timing call on the same device: a GPU (actors sharing one also take turns
+at it, aitune_ray.measure.turns), or a node's CPUs for a module tuned for the CPU. A task whose node left the cluster is queued again, up to NODE_LOSS_RETRIES times;
 the actor log of the lost attempt stays where it was written.
 """
 
@@ -50,7 +50,8 @@ class Request:
     name: str = ""
     payload: Any = None
     cost: float = 0.0
-    timing: bool = False
+    timing: bool = False         # a timing session: before any build, and never two at once on one device
+    on_cpu: bool = False          # it times on the host's CPUs (then every actor of a node is on that one device)
     group: int = 0
     rank: Callable[[Slot], int | None] | None = None
     hold: Callable[[], bool] | None = None
@@ -71,6 +72,15 @@ class Request:
     def _tell(self, what: str) -> None:
         if self.sink is not None:
             self.sink.put((what, self))
+
+
+def device_of(slot: Slot, request: Request) -> tuple:
+    """The device request would time on in slot: the node's CPUs for a CPU timing, else the slot's GPU(s)."""
+    info = slot.identity()
+    node = info.get("node_id") or info.get("node") or ""
+    if request.on_cpu:
+        return node, "cpu"
+    return node, ",".join(info.get("gpu_ids") or []) or f"slot {slot.index}"
 
 
 def in_order(waiting: list[Request]) -> list[Request]:
@@ -103,6 +113,7 @@ class Schedule:
         self._seen: set = set()      # actors' start refs already seen ready
         self._kept: set[Request] = set()   # ended keep_slot requests whose owner has not taken the result yet
         self.lost = 0                # tasks queued again because their node left (their logs are kept)
+        self._timing_on: dict[tuple, Request] = {}   # device -> the timing session running there
         here = ray.get_runtime_context().get_node_id()
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=True)
         self._bell_class = ray.remote(Bell).options(num_cpus=0, scheduling_strategy=strategy)
@@ -158,6 +169,7 @@ class Schedule:
     def release(self, request: Request) -> None:
         """An on_driver request's slot is free again (the driver's timing is over)."""
         with self._lock:
+            self._timing_over(request)
             if request.state == "running" and request.slot is not None:
                 request.state = "ended"
                 self.pool.free(request.slot)
@@ -173,6 +185,7 @@ class Schedule:
                     self._queue.remove(request)
                 elif request.state == "running":
                     stopped.append(request)
+                    self._timing_over(request)
                     if request.task is not None:
                         self.runner.inflight.pop(request.task.ref, None)
                         if replace:
@@ -288,15 +301,18 @@ class Schedule:
             if not placed:
                 return
 
-    @staticmethod
-    def _pick(request: Request, idle: list[Slot]) -> Slot | None:
+    def _pick(self, request: Request, idle: list[Slot]) -> Slot | None:
+        if request.timing:   # a device where a timing session runs takes no second one
+            idle = [s for s in idle if device_of(s, request) not in self._timing_on]
         if request.rank is None:
-            return idle[0]
+            return idle[0] if idle else None
         ranked = [(rank, i, s) for i, s in enumerate(idle) if (rank := request.rank(s)) is not None]
         return min(ranked)[2] if ranked else None
 
     def _start(self, request: Request, slot: Slot) -> None:
         request.state, request.slot = "running", slot
+        if request.timing:
+            self._timing_on[device_of(slot, request)] = request
         if request.on_driver:
             slot.busy = True
         else:
@@ -310,10 +326,16 @@ class Schedule:
                 request.error = exc
                 request._tell("error")
 
+    def _timing_over(self, request: Request) -> None:
+        for device, running in list(self._timing_on.items()):
+            if running is request:
+                del self._timing_on[device]
+
     def _ended(self, task: Task) -> None:
         request: Request = task.payload
         if request.state != "running":
             return
+        self._timing_over(request)
         if task.node_lost and len(request.lost_logs) < NODE_LOSS_RETRIES:
             request.lost_logs.append(task.log_path)
             self.lost += 1

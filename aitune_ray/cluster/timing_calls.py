@@ -57,7 +57,7 @@ class TimingCalls:
     def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
         return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),
                        context.name, self.task_timeout_s, name=f"baseline {context.name}", timing=True,
-                       on_driver=on_driver)
+                       on_cpu=self.intent(context) == "cpu", on_driver=on_driver)
 
     def baseline(self, context: TuneContext) -> dict[int, Timing]:
         """Eager timed on one actor: the request submit_early() queued ahead of the module's builds, else a new
@@ -109,7 +109,7 @@ class TimingCalls:
             request = Request("remeasure", (context.name, self.box(context), self.intent(context), payload,
                                             self.remeasure_rounds, context.measure.to_dict()), context.name,
                               self.task_timeout_s, name=f"remeasure {context.name}", timing=True,
-                              rank=rank if attempt == 1 else None)
+                              on_cpu=self.intent(context) == "cpu", rank=rank if attempt == 1 else None)
             self.schedule.submit(request)
             while not request.started.wait(5.0):
                 pass
