@@ -206,6 +206,7 @@ class RayRunHandle(RunHandle):
         info, job = task.where, task.payload.payload
         device = "cuda" if self._ex.intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
         return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=status,
-                           error=error, error_type=error_type, build_s=task.seconds or time.monotonic() - task.dispatched,
+                           error=error, error_type=error_type,
+                           build_s=task.seconds or time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
                            log_path=info.get("log_path") or task.log_path)

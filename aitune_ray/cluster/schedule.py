@@ -9,8 +9,9 @@ Order: timing calls (a module's eager baseline, its re-measure) before builds, s
 are over is not held behind the others'; builds by the expected cost of each module's next build, costliest
 first (costs.Costs), each module's own builds in the order its strategy gave. A timing call runs alone on its
 actor, and never beside another timing call on the same device: a GPU (actors sharing one also take turns
-at it, aitune_ray.measure.turns), or a node's CPUs for a module tuned for the CPU. A task whose node left the cluster is queued again, up to NODE_LOSS_RETRIES times;
-the actor log of the lost attempt stays where it was written.
+at it, aitune_ray.measure.turns), or a node's CPUs for a module tuned for the CPU. A task whose node left
+the cluster is queued again, up to NODE_LOSS_RETRIES times; the actor log of the lost attempt stays where
+it was written.
 """
 
 from __future__ import annotations
