@@ -15,7 +15,8 @@ compares its outputs with the tuned model's. Exit status: 0 when at least one mo
 eager is a decision too), 1 when every module failed to tune or the checkpoint does not load back, 2 for a
 bad job file, 130 when interrupted. A job file of several models runs them as one schedule, with a checkpoint
 and a report per model (exit 0 when every model's checkpoint was written and loads back).
-Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run there, --fresh starts over. This module is the user interface: it prints; the library only logs.
+Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
+there, --fresh starts over. This module is the user interface: it prints; the library only logs.
 """
 
 from __future__ import annotations
