@@ -145,9 +145,10 @@ class RaySession:
                 logger.info("starting Ray on this machine (local single-node mode)")
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
                 # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
-                # server, which this job's own Ray does not serve (lean_start).
+                # server, which this job's own Ray does not serve (lean_start). address="local": a Ray of this
+                # job's own, never another one found running on this machine (which refuses num_gpus).
                 self.started_lean = lean_start.start(lambda: ray.init(
-                    include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                    address="local", include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
                     _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
             self._own_ray = True
         resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
