@@ -15,6 +15,8 @@ compares its outputs with the tuned model's. Exit status: 0 when at least one mo
 eager is a decision too), 1 when every module failed to tune, the checkpoint does not load back or anything
 else failed, 2 for a bad job (its file, a factory that raises, an empty or rejected dataset, a device this
 machine lacks, an output folder it cannot write), 130 when interrupted; every error is one line on stderr.
+A job file of several models runs them as one schedule, with a checkpoint and a report per model (exit 0 when
+every model's checkpoint was written and loads back).
 Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
 there, --fresh starts over. This module is the user interface: it prints; the library only logs.
 """
@@ -161,18 +163,20 @@ def tune_command(args: argparse.Namespace) -> int:
     # a console script does not put it on sys.path by itself.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    from aitune_ray.job import load_job
+    from aitune_ray.job import load_jobs
 
     try:
-        job = load_job(args.job)
-        apply_overrides(job, args)
+        jobs = load_jobs(args.job)
+        for job in jobs:
+            apply_overrides(job, args, several=len(jobs) > 1)
     except ConfigError as exc:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     try:
-        check_writable(job)
-        folder = open_run_folder(job, args)
-        return run_job(job, Path(args.job), progress_view(args), folder)
+        for job in jobs:
+            check_writable(job)
+        folders = [open_run_folder(job, args, several=len(jobs) > 1) for job in jobs]
+        return run_jobs(jobs, Path(args.job), progress_view(args), folders)
     except KeyboardInterrupt:
         say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
         return EXIT_INTERRUPTED
@@ -206,9 +210,12 @@ def check_writable(job) -> None:
                               f"path with --{key}") from exc
 
 
-def apply_overrides(job, args: argparse.Namespace) -> None:
+def apply_overrides(job, args: argparse.Namespace, several: bool = False) -> None:
     from aitune_ray.job import DEVICE_PATTERN
 
+    for option in ("output", "report"):
+        if several and getattr(args, option):
+            raise ConfigError(f"--{option}: the job has several models; set {option} in each entry of models")
     if args.executor:
         job.executor.type = args.executor
     if args.address:
@@ -225,15 +232,19 @@ def apply_overrides(job, args: argparse.Namespace) -> None:
         job.report = args.report
 
 
-def open_run_folder(job, args: argparse.Namespace):
-    """The job's run folder, checked against this job (its content, not the output paths or the executor)."""
+def open_run_folder(job, args: argparse.Namespace, several: bool = False):
+    """The model's run folder, checked against its job (its content, not the output paths or the executor).
+    In a job of several models each has its own: --run-dir is then their parent folder."""
     import hashlib
 
     from aitune_ray.run_dir import RunFolder
 
     what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-    path = Path(args.run_dir) if args.run_dir else Path(f"{job.output}.run")
+    if args.run_dir:
+        path = Path(args.run_dir) / job.name if several else Path(args.run_dir)
+    else:
+        path = Path(f"{job.output}.run")
     folder = RunFolder.open(path, {"job": digest}, mode="resume" if args.resume else "fresh" if args.fresh else "new")
     done = folder.results_count()
     say(f"run folder: {path}" + (f" ({done} candidate result(s) from the earlier run)" if done else ""))
@@ -248,73 +259,124 @@ def progress_view(args: argparse.Namespace):
 
 
 def run_job(job, job_path: Path, view=None, folder=None) -> int:
+    """Run a job of one model (see run_jobs)."""
+    return run_jobs([job], job_path, view, [folder])
+
+
+def run_jobs(jobs: list, job_path: Path, view=None, folders: list | None = None) -> int:
+    """Run the models of a job file as one schedule: each model is built and records its data, then every
+    wrapped module of every model is tuned at once on one executor; each model then gets its checkpoint and
+    report. Exit status: 0 when every model wrote a checkpoint that loads back, else 1."""
     import contextlib
 
     from aitune_ray.report import EventRecorder
 
     recorder = EventRecorder(view)
+    folders = folders or [None] * len(jobs)
     with view if view is not None else contextlib.nullcontext():
-        return _run_job(job, job_path, recorder, folder)
+        return _run_jobs(jobs, job_path, recorder, folders)
 
 
-def _run_job(job, job_path: Path, recorder, folder=None) -> int:
+@dataclasses.dataclass
+class _Model:
+    """One model of a job while it runs."""
+
+    job: Any
+    folder: Any
+    root: Any = None
+    modules: dict = dataclasses.field(default_factory=dict)   # name -> wrapped Module
+    executor: Any = None                                      # the job's executor (journaled into folder)
+
+
+def _run_jobs(jobs: list, job_path: Path, recorder, folders: list) -> int:
     import torch
 
-    import aitune_ray as ait
-    from aitune_ray.job import move_to, wrap_modules
-    from aitune_ray.own_checkpoint import OwnCheckpoint
+    from aitune_ray.tuning import run_modules
 
-    executor = make_executor(job, recorder)
+    executor = make_executor(jobs[0], recorder)   # the executor and device are the job's, shared by its models
     started = time.perf_counter()
-    check: dict[str, Any] = {}
+    models = [_Model(job, folder) for job, folder in zip(jobs, folders)]
+    codes = []
     try:
         executor.open()
         # The device to tune for: on Ray, judged by the cluster's GPUs, not this machine's.
-        device = executor.resolve_device(None if job.device == "auto" else job.device)
+        device = executor.resolve_device(None if jobs[0].device == "auto" else jobs[0].device)
         # Recording runs here, on the device when this machine has it, else on its CPU.
         local = device if device.type == "cpu" or torch.cuda.is_available() else torch.device("cpu")
-        model = job.make_model()
-        root, modules = wrap_modules(model, job.module_specs(), lambda: job.make_strategy(device))
-        move_to(root, local)
-        strategy = next(iter(modules.values())).strategy
-        say(f"aitune-ray: tuning {', '.join(modules)} for {device} with {strategy.name} over "
-            f"{', '.join(b.describe() for b in strategy.backends)} ({job.executor.type} executor)")
-
-        report = ait.tune(root, on_device(job.make_data(), local), device=device, executor=executor,
-                          run_dir=folder)
+        work = []
+        for model in models:
+            work += _prepare(model, executor, device, local, several=len(models) > 1)
+        outcomes = run_modules(work, executor)
         tuned_s = time.perf_counter() - started
-        say()
-        from aitune_ray.report import summary
-        from aitune_ray.report.fitness import host_state
-
-        say(summary(report, host_state()))   # the answer first: what to deploy, how much faster
-        decided = [m.module for m in report.modules if m.module not in report.failures]
-        for name in modules:
-            if name not in decided and name not in report.failures:
-                say(f"note: {name} was never called by the dataset; it stays eager")
-        say(f"tuned in {tuned_s:.1f} s: {len(decided)} of {len(modules)} module(s) decided"
-            + (f", {len(report.failures)} failed" if report.failures else ""))
-        if not decided:
-            say("error: no module could be tuned; no checkpoint written", error=True)
-            write_report(job, job_path, device, report, tuned_s, check, recorder.events)
-            return EXIT_FAILED
-        output = OwnCheckpoint(job.output)
-        output.path.parent.mkdir(parents=True, exist_ok=True)
-        output.save(root)
-        say(f"checkpoint: {output.path}")
-        if folder is not None:
-            folder.mark_complete()
-        if device != local:
-            check = {"passed": True, "skipped": f"tuned for {device}, and this machine has no CUDA GPU to "
-                                                "load the checkpoint on"}
-            say(f"checkpoint check skipped: {check['skipped']}")
-        else:
-            check = check_checkpoint(job, root, output, local)
-            if check.get("passed"):
-                check["deployed"] = check_loaded_speed(job, root, output, local)
+        for model in models:
+            mine = [o for o in outcomes if o[0].name in model.modules]
+            codes.append(_finish(model, mine, job_path, device, local, tuned_s, recorder, several=len(models) > 1))
     finally:
         executor.close()
-    write_report(job, job_path, device, report, time.perf_counter() - started, check, recorder.events)
+    return EXIT_OK if codes and all(c == EXIT_OK for c in codes) else EXIT_FAILED
+
+
+def _prepare(model: _Model, executor, device, local, several: bool) -> list[tuple]:
+    """Build the model, wrap its modules, record its data: (module, device, executor) to tune."""
+    from aitune_ray.job import move_to, wrap_modules
+    from aitune_ray.run_dir import journaled
+    from aitune_ray.tuning import _record, _unique_names
+
+    job = model.job
+    model.root, model.modules = wrap_modules(job.make_model(), job.module_specs(), lambda: job.make_strategy(device))
+    move_to(model.root, local)
+    if several:   # module names key the shared executor's work: the model's name tells apart those that clash
+        for module in model.modules.values():
+            module.name = f"{job.name}.{module.name}"
+        model.modules = {m.name: m for m in model.modules.values()}
+    strategy = next(iter(model.modules.values())).strategy
+    say(f"aitune-ray: tuning {(job.name + ': ') if several else ''}{', '.join(model.modules)} for {device} with "
+        f"{strategy.name} over {', '.join(b.describe() for b in strategy.backends)} ({job.executor.type} executor)")
+    model.executor = journaled(executor, model.folder) if model.folder is not None else executor
+    reached = _record(model.root, on_device(job.make_data(), local))
+    _unique_names(reached)
+    return [(module, device, model.executor) for module in reached]
+
+
+def _finish(model: _Model, outcomes: list, job_path: Path, device, local, tuned_s: float, recorder,
+            several: bool) -> int:
+    """One model's report, checkpoint and its check."""
+    from aitune_ray.own_checkpoint import OwnCheckpoint
+    from aitune_ray.report import summary
+    from aitune_ray.report.fitness import host_state
+    from aitune_ray.tuning import collect_reports
+
+    job, root, check = model.job, model.root, {}
+    report = collect_reports(outcomes)
+    events = [e for e in recorder.events if e.get("module") in model.modules] if several else recorder.events
+    prefix = f"{job.name}: " if several else ""
+    say()
+    say(summary(report, host_state()))   # the answer first: what to deploy, how much faster
+    decided = [m.module for m in report.modules if m.module not in report.failures]
+    for name in model.modules:
+        if name not in decided and name not in report.failures:
+            say(f"note: {name} was never called by the dataset; it stays eager")
+    say(f"{prefix}tuned in {tuned_s:.1f} s: {len(decided)} of {len(model.modules)} module(s) decided"
+        + (f", {len(report.failures)} failed" if report.failures else ""))
+    if not decided:
+        say(f"error: {prefix}no module could be tuned; no checkpoint written", error=True)
+        write_report(job, job_path, device, report, tuned_s, check, events)
+        return EXIT_FAILED
+    output = OwnCheckpoint(job.output)
+    output.path.parent.mkdir(parents=True, exist_ok=True)
+    output.save(root)
+    say(f"{prefix}checkpoint: {output.path}")
+    if model.folder is not None:
+        model.folder.mark_complete()
+    if device != local:
+        check = {"passed": True, "skipped": f"tuned for {device}, and this machine has no CUDA GPU to "
+                                            "load the checkpoint on"}
+        say(f"checkpoint check skipped: {check['skipped']}")
+    else:
+        check = check_checkpoint(job, root, output, local)
+        if check.get("passed"):
+            check["deployed"] = check_loaded_speed(job, root, output, local)
+    write_report(job, job_path, device, report, tuned_s, check, events)
     return EXIT_OK if check.get("passed") else EXIT_FAILED
 
 

@@ -70,6 +70,7 @@ class Executor(ABC):
     progress: called with every progress event (see the module docstring); None: logged only."""
 
     progress: Callable[[dict], None] | None = None
+    # Capabilities (a wrapper such as run_dir.JournalingExecutor passes each on):
     # True where materialize() hands over the very backend object that remeasure() timed, in this process (the
     # inline executor); a Ray driver restores its own copy of what an actor timed
     deploys_what_it_measured: bool = False
@@ -77,6 +78,11 @@ class Executor(ABC):
     # this very process, where its crash ends the process). A run folder's journal sets it to record the
     # build as started, and a fatal signal during it (aitune_ray.run_dir); None: nobody watches.
     watch_build: Callable[["TuneContext", CandidateJob, bool], Any] | None = None
+    # True where every module's work shares one job-level schedule, so that modules are tuned at once (each on
+    # a driver thread of its own) and each decides as soon as its own work is done; else one after another
+    concurrent_modules: bool = False
+    # The GPU kind the executor's devices are of, where the job named one (checkpoints record it per decision)
+    gpu_kind: str | None = None
 
     def emit(self, context: TuneContext, event: str, *, task: str = "build", job: CandidateJob | None = None,
              status: str = RUNNING, where: dict | None = None, elapsed_s: float = 0.0, **extra: Any) -> dict:
@@ -144,6 +150,10 @@ class Executor(ABC):
 
     def discard(self, context: TuneContext) -> None:
         """Forget the built backends of this module that were not chosen."""
+
+    def stop_all(self, reason: str) -> None:
+        """Cancel every module's queued and running work (Ctrl-C while modules are tuned at once): what waits
+        for it raises instead. By default nothing (an executor that tunes one module at a time)."""
 
 
 def failed_plan(jobs: list[CandidateJob], exc: BaseException, seconds: float, device) -> list[BuildResult]:

@@ -49,7 +49,7 @@ def _module_summary(entry: dict, parts: dict) -> dict:
     backend = entry["backend"]
     summary: dict[str, Any] = {"path": entry["path"], "name": entry["name"], "device": entry["device"],
                                "failure": entry.get("failure") or "", "signature": entry.get("signature") or {},
-                               "parts": parts}
+                               "gpu_kind": entry.get("gpu_kind") or "", "parts": parts}
     if backend == fmt.EAGER:
         summary.update(backend="eager", backend_type="", config={}, is_jit=None, kernel_plan=None)
     else:
@@ -78,7 +78,8 @@ def render(summary: dict) -> str:
         where = repr(module["path"]) if module["path"] else "(the whole model)"
         kind = "" if module["is_jit"] is None else (" (JIT: rebuilt at load)" if module["is_jit"] else
                                                    " (AOT: artifact loaded)")
-        lines.append(f"module {where} named {module['name']!r}, tuned on {module['device']}: "
+        on = module["device"] + (f" ({module['gpu_kind']})" if module.get("gpu_kind") else "")
+        lines.append(f"module {where} named {module['name']!r}, tuned on {on}: "
                      f"{module['backend']}{kind}")
         if module["backend_type"]:
             lines.append(f"  backend type: {module['backend_type']}")

@@ -5,6 +5,10 @@ The generic validator is aitune_ray/validate.py; wrapping the named submodules i
 A job file is YAML (or JSON). Every key is checked before any work starts; a problem is a ConfigError
 whose message starts with the key path, e.g. ``strategy.min_speedup_ratio: expected a number, got str``.
 Paths in the file are relative to the current working directory.
+
+A job of several models lists them under ``models``, each entry with the keys of a one-model job but
+executor and device, which all models share (they run as one schedule): load_jobs() gives one Job per model,
+every entry checked before any is returned (errors name ``models[N].key``).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from aitune_ray.errors import ConfigError
 from aitune_ray.validate import bounded, from_data, kind_of
 from aitune_ray import wrapping
 
-__all__ = ["Job", "ModuleSpec", "StrategySpec", "BackendSpec", "ExecutorSpec", "load_job", "parse_job",
-           "wrap_modules", "move_to"]
+__all__ = ["Job", "ModuleSpec", "StrategySpec", "BackendSpec", "ExecutorSpec", "load_job", "load_jobs", "parse_job",
+           "parse_jobs", "wrap_modules", "move_to"]
 
 STRATEGIES = {
     "MaxThroughput": "MaxThroughputStrategy",
@@ -89,6 +93,7 @@ class ExecutorSpec:
     remeasure_rounds: int = bounded(30, 1, 100_000)
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
     contain: bool = True                     # inline only: each build in a child process (false: in this one)
+    gpu_kind: str | None = None              # tune for this GPU kind only (e.g. H100, or a custom resource label)
 
     def ray_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -97,8 +102,8 @@ class ExecutorSpec:
 
 @dataclasses.dataclass
 class Job:
-    model: str                               # "package.module:factory"
-    data: str                                # "package.module:factory" returning an iterable dataset
+    model: str | None = None                 # "package.module:factory" (required unless models is given)
+    data: str | None = None                  # "package.module:factory" returning an iterable dataset (likewise)
     model_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     data_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     modules: list[ModuleSpec | str] = dataclasses.field(default_factory=lambda: [ModuleSpec()])
@@ -108,6 +113,9 @@ class Job:
     executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
     output: str | None = None                # checkpoint path; default: <job file stem>.ait
     report: str | None = None                # Markdown report path (.html, .json, PNGs beside it); default: beside output
+    name: str | None = None                  # the model's name in a job of several (default: model<N>)
+    models: list[dict[str, Any]] | None = None   # several models, one schedule: each entry takes the keys above
+    # but executor and device, which they share; output defaults to <job file stem>.<name>.ait
 
     # ----- objects the job names --------------------------------------------------------------------
     def model_factory(self) -> Callable:
@@ -174,17 +182,28 @@ class Job:
 
 # ----- loading and validation ------------------------------------------------------------------------
 def load_job(path: str | Path) -> Job:
-    """Read and check a job file. Raises ConfigError naming the key path of the first problem."""
+    """Read and check a job file of one model. Raises ConfigError naming the key path of the first problem."""
+    jobs = load_jobs(path)
+    if len(jobs) != 1:
+        raise ConfigError(f"models: {path} holds {len(jobs)} models; load_jobs() reads them")
+    return jobs[0]
+
+
+def load_jobs(path: str | Path) -> list[Job]:
+    """Read and check a job file: one Job per model (a one-model file gives one). Raises ConfigError naming
+    the key path of the first problem, before anything is made or started."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
-    data = parse_yaml(text, str(path))
-    job = parse_job(data)
-    if job.output is None:
-        job.output = f"{path.stem}.ait"
-    return job
+    jobs = parse_jobs(parse_yaml(text, str(path)))
+    several = len(jobs) > 1 or jobs[0].name is not None
+    for job in jobs:
+        if job.output is None:
+            job.output = f"{path.stem}.{job.name}.ait" if several else f"{path.stem}.ait"
+    _check_outputs(jobs)
+    return jobs
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -217,11 +236,69 @@ def parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where} is not valid YAML: {' '.join(str(exc).split())[:200]}") from None
 
 
+#: The keys every model of a job of several shares, set once at the top of the file.
+SHARED = ("executor", "device")
+
+
+def parse_jobs(data: Any) -> list[Job]:
+    """Check a job given as plain data: one Job per model, each carrying the shared executor and device."""
+    if not isinstance(data, dict) or "models" not in data:
+        return [parse_job(data)]
+    own = sorted(k for k in data if k not in (*SHARED, "models"))
+    if own:
+        raise ConfigError(f"{own[0]}: a job with models sets it in each entry of models (only "
+                          f"{' and '.join(SHARED)} are shared at the top)")
+    entries = data["models"]
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"models: expected a non-empty list of models, got {kind_of(entries)}")
+    shared = {k: data[k] for k in SHARED if k in data}
+    jobs = []
+    for index, entry in enumerate(entries):
+        where = f"models[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {kind_of(entry)}")
+        for key in (*SHARED, "models"):
+            if key in entry:
+                raise ConfigError(f"{where}.{key}: set once at the top of the file, for every model")
+        for key in ("model", "data"):
+            if key not in entry:
+                raise ConfigError(f"{where}.{key}: required key is missing")
+        try:
+            job = parse_job({**entry, **shared})
+        except ConfigError as exc:
+            raise ConfigError(f"{where}.{exc}") from exc
+        job.name = job.name or f"model{index}"
+        jobs.append(job)
+    names = [job.name for job in jobs]
+    for index, name in enumerate(names):
+        if names.index(name) != index:
+            raise ConfigError(f"models[{index}].name: {name!r} is used twice")
+    return jobs
+
+
+def _check_outputs(jobs: list[Job]) -> None:
+    seen: dict[str, int] = {}
+    for index, job in enumerate(jobs):
+        for key in ("output", "report"):
+            value = getattr(job, key)
+            if value is None:
+                continue
+            target = str(Path(value).resolve())
+            if target in seen and len(jobs) > 1:
+                raise ConfigError(f"models[{index}].{key}: {value!r} is written by models[{seen[target]}] too")
+            seen[target] = index
+
+
 def parse_job(data: Any) -> Job:
-    """Check a job given as plain data (a parsed YAML mapping) and return it as a Job."""
+    """Check a job of one model given as plain data (a parsed YAML mapping) and return it as a Job."""
     if not isinstance(data, dict):
         raise ConfigError(f"a job file holds a mapping of keys, got {kind_of(data)}")
     job = from_data(Job, data, "")
+    if job.models is not None:
+        raise ConfigError("models: a job of several models is read with parse_jobs()")
+    for key in ("model", "data"):
+        if getattr(job, key) is None:
+            raise ConfigError(f"{key}: required key is missing (or list several models under models)")
     job.modules = [m if isinstance(m, ModuleSpec) else ModuleSpec(path=m) for m in job.modules]
     if not job.modules:
         job.modules = [ModuleSpec()]
@@ -262,6 +339,8 @@ def _check_job(job: Job) -> None:
 
     if job.executor.warm_up not in WARM_UP_MODES:
         raise ConfigError(f"executor.warm_up: expected one of {list(WARM_UP_MODES)}, got {job.executor.warm_up!r}")
+    if job.executor.gpu_kind is not None and not job.executor.gpu_kind.strip():
+        raise ConfigError("executor.gpu_kind: the kind is empty")
     for key in ("output", "report"):
         if getattr(job, key) == "":
             raise ConfigError(f"{key}: the path is empty")

@@ -37,6 +37,7 @@ class Module(nn.Module):
         self.state = ModuleState.RECORDING
         self.backend: Backend | None = None
         self.report = None
+        self.gpu_kind = ""   # the GPU kind it was tuned for on a cluster of several (RayExecutor gpu_kind)
         self.failure: str = ""
 
     # ----- calls ----------------------------------------------------------------------------

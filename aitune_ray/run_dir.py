@@ -445,10 +445,17 @@ class JournalingExecutor(Executor):
     def __init__(self, inner: Executor, folder: RunFolder):
         self.inner, self.folder = inner, folder
         self._journals: dict[str, ModuleJournal] = {}
+        # Several journals may wrap one executor (a job of several models, one run folder each): each watches
+        # the builds of its own modules and hands the others to the watcher it found (see _watch_build).
+        self._outer_watch = inner.watch_build
         inner.watch_build = self._watch_build
 
     def _watch_build(self, context: TuneContext, job: CandidateJob, in_process: bool):
-        return self._journal(context).building(job, in_process)
+        if context.name in self._journals:
+            return self._journal(context).building(job, in_process)
+        if self._outer_watch is not None:
+            return self._outer_watch(context, job, in_process)
+        return contextlib.nullcontext()
 
     @property
     def progress(self):
@@ -461,6 +468,14 @@ class JournalingExecutor(Executor):
     @property
     def deploys_what_it_measured(self) -> bool:
         return self.inner.deploys_what_it_measured
+
+    @property
+    def concurrent_modules(self) -> bool:
+        return self.inner.concurrent_modules
+
+    @property
+    def gpu_kind(self) -> str | None:
+        return self.inner.gpu_kind
 
     def emit(self, context: TuneContext, event: str, **kwargs) -> dict:
         return self.inner.emit(context, event, **kwargs)
@@ -475,7 +490,7 @@ class JournalingExecutor(Executor):
     def detach(self) -> None:
         """Stop listening to the wrapped executor's builds (it may be used again without this journal)."""
         if self.inner.watch_build == self._watch_build:
-            self.inner.watch_build = None
+            self.inner.watch_build = self._outer_watch
 
     def resolve_device(self, device) -> torch.device:
         return self.inner.resolve_device(device)
@@ -538,6 +553,9 @@ class JournalingExecutor(Executor):
 
     def discard(self, context: TuneContext) -> None:
         self.inner.discard(context)
+
+    def stop_all(self, reason: str) -> None:
+        self.inner.stop_all(reason)
 
 
 def journaled(executor: Executor, run_dir: "str | Path | RunFolder") -> JournalingExecutor:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import importlib.util
 import logging
 import os
 import shutil
+import threading
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -22,6 +25,8 @@ from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 logger = logging.getLogger(__name__)
 
 # A "module" here is an aitune_ray.Module; this file does not import module.py, which imports it (Module.tune).
+
+_DRIVER_TIMING = threading.Lock()   # no two modules' timings on the driver's device at once
 
 
 def default_strategy(device: torch.device):
@@ -87,7 +92,9 @@ def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
             module.report = context.report
             raise
         module.report = report
-        deploy_checked(module, executor, context, report, strategy)
+        module.gpu_kind = executor.gpu_kind or ""
+        with _DRIVER_TIMING:   # the post-deploy check times on the driver: one module at a time
+            deploy_checked(module, executor, context, report, strategy)
         executor.discard(context)
     finally:
         _release_workdir(context.workdir, [module.backend, module.report])
@@ -112,9 +119,10 @@ def _release_workdir(workdir: Path, users: list) -> None:
 
 def tune_modules(modules: Iterable, device=None, executor: Executor | None = None,
                  raise_errors: bool = False, run_dir=None) -> TuningReport:
-    """Tune each module in turn. A module that fails stays eager, with the reason logged and reported.
+    """Tune the modules: all at once on an executor with one job-level schedule (every module's work in
+    one queue, each module deciding as soon as its own work is done), else one after another. A module that
+    fails stays eager, with the reason logged and reported; it never stops another.
     run_dir: a run folder (path or aitune_ray.run_dir.RunFolder) that journals the run and resumes it."""
-    report = TuningReport()
     modules = list(modules)
     _unique_names(modules)
     with _opened(executor, device) as executor:
@@ -123,10 +131,80 @@ def tune_modules(modules: Iterable, device=None, executor: Executor | None = Non
 
             executor = journaled(executor, run_dir)
         try:
-            _tune_all(modules, executor, device, report, raise_errors)
+            dev = executor.resolve_device(device)
+            return collect_reports(run_modules([(m, dev, executor) for m in modules], executor), raise_errors)
         finally:
             if run_dir is not None:
                 executor.detach()
+
+
+def run_modules(work: list[tuple], executor: Executor) -> list[tuple]:
+    """Tune each (module, device, its executor) of work: concurrently where executor (the one they all use,
+    perhaps each through a run folder's journal) runs one schedule for all (Executor.concurrent_modules), else
+    in turn. Returns (module, report or None, exception or None) per module, in order. Ctrl-C (or a refused
+    run folder) cancels every module's outstanding work and is raised once each module has stopped."""
+    if not executor.concurrent_modules or len(work) < 2:
+        outcomes = []
+        for module, device, own in work:
+            outcomes.append(_attempt(module, device, own))
+            if _fatal(outcomes[-1][2]):
+                module.stay_eager(_why_stopped(outcomes[-1][2]))
+                raise outcomes[-1][2]
+        return outcomes
+    threads = concurrent.futures.ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="aitune-ray-module")
+    futures = [threads.submit(_attempt, module, device, own) for module, device, own in work]
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            fatal = next((f.result()[2] for f in done if _fatal(f.result()[2])), None)
+            if fatal is not None:
+                raise fatal
+    except BaseException as exc:
+        executor.stop_all(_why_stopped(exc))
+        threads.shutdown(wait=True)
+        for future in futures:
+            module, report, _ = future.result()
+            if report is None:
+                module.stay_eager(_why_stopped(exc))
+        raise
+    threads.shutdown(wait=True)
+    return [f.result() for f in futures]
+
+
+def _why_stopped(exc: BaseException) -> str:
+    return "the run folder was refused" if isinstance(exc, RunFolderError) else "interrupted"
+
+
+def _fatal(exc: BaseException | None) -> bool:
+    """An error that stops the whole job: Ctrl-C, or a run folder that is not this run's."""
+    return isinstance(exc, (KeyboardInterrupt, SystemExit, RunFolderError))
+
+
+def _attempt(module, device: torch.device, executor: Executor) -> tuple:
+    try:
+        return module, _tune_one(module, device, executor), None
+    except BaseException as exc:  # noqa: BLE001 - the module's own outcome; collect_reports reports it
+        return module, None, exc
+
+
+def collect_reports(outcomes: list[tuple], raise_errors: bool = False) -> TuningReport:
+    """One TuningReport from run_modules' outcomes: a module that failed stays eager, with its reason."""
+    report = TuningReport()
+    first_error = None
+    for module, module_report, exc in outcomes:
+        if exc is None:
+            report.modules.append(module_report)
+            continue
+        reason = f"{type(exc).__name__}: {exc}"
+        module.stay_eager("the run folder was refused" if isinstance(exc, RunFolderError) else reason)
+        if module.report is not None and module.report not in report.modules:
+            report.modules.append(module.report)
+        report.failures[module.name] = reason
+        logger.error("%s stays eager: %s", module.name, reason)
+        first_error = first_error or exc
+    if raise_errors and first_error is not None:
+        raise first_error
     return report
 
 

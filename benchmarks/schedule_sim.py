@@ -1,7 +1,20 @@
-"""A SIMULATION of how a tuning job's candidates would be scheduled on 1, 2, 4 and 8 GPUs.
+"""A SIMULATION of how a tuning job's candidates would be scheduled on 1, 2, 4 and 8 GPUs (ray_vs_inline.py's
+JSON), or of a whole job's tasks as one schedule on 1, 8, 64 and 512 GPUs (pipeline_schedule.py's JSON).
 
     python benchmarks/ray_vs_inline.py --model mlp --backends onnx,ao-int8wo --gpus 2 --out run.md
     python benchmarks/schedule_sim.py run.json [--gpus 1,2,4,8] [--overhead S] [--times inline|ray]
+    python benchmarks/pipeline_schedule.py --out pipeline.json
+    python benchmarks/schedule_sim.py pipeline.json [--gpus 1,8,64,512] [--modules 6] [--scale 100]
+
+A job's tasks (pipeline_schedule.py): each module's eager baseline, builds and re-measure with their
+recorded seconds, the module copied --scale times over (a job of many models). Three ways are placed:
+the job's one schedule (every module's tasks in one queue, timing calls first, builds longest first, a
+module's re-measure once its own builds and baseline are done), one module at a time (each module's tasks
+on all GPUs, the modules one after another), and the critical path (the longest module's baseline or
+longest build, then its re-measure). Beside each, what would limit the one schedule on that many GPUs: the
+driver's one loop (--dispatch-ms per task), the object store (each module's model and samples, --module-mb,
+fetched once by every actor that builds it, through --store-gbps) and the actors' start (--actor-start-s
+each, --start-concurrency at once).
 
 A file with only a Ray run (no inline run) works too: the Ray run's times are scheduled, and inline is
 estimated as the candidates one after another (plus --serial).
@@ -135,9 +148,115 @@ def table(data: dict, gpu_counts: list[int], overhead_s: float | None, serial_s:
     return "\n".join(lines)
 
 
+# ----- a job's tasks as one schedule (pipeline_schedule.py's JSON) ---------------------------------------
+def job_modules(data: dict, modules: str | None, scale: int) -> list[dict]:
+    """[{"baseline": s, "builds": [s, ...], "remeasure": s}] per module, from the recorded tasks of the run
+    with that many modules (default: the largest), repeated scale times."""
+    runs = data["tasks"]
+    tasks = runs[modules] if modules else runs[max(runs, key=int)]
+    by_module: dict[str, dict] = {}
+    for t in tasks:
+        entry = by_module.setdefault(t["module"], {"baseline": 0.0, "builds": [], "remeasure": 0.0})
+        if t["task"] == "build":
+            entry["builds"].append(float(t["seconds"]))
+        elif t["task"] in ("baseline", "remeasure"):
+            entry[t["task"]] += float(t["seconds"])
+    return [dict(m, builds=list(m["builds"])) for _ in range(scale) for m in by_module.values()]
+
+
+def one_schedule(modules: list[dict], gpus: int, dispatch_s: float = 0.0) -> float:
+    """Event-driven list scheduling of every module's tasks at once: timing calls first, then builds longest
+    first; a module's re-measure is ready once its baseline and builds are done. Each dispatch holds the
+    driver's one loop for dispatch_s. Returns the makespan."""
+    import heapq
+
+    free = [(0.0, g) for g in range(gpus)]
+    heapq.heapify(free)
+    ready = [(0, 0.0, i, "baseline") for i, _ in enumerate(modules)]
+    ready += [(1, -b, i, "build") for i, m in enumerate(modules) for b in m["builds"]]
+    left = {i: 1 + len(m["builds"]) for i, m in enumerate(modules)}   # tasks before the re-measure
+    done_at = {i: 0.0 for i in range(len(modules))}
+    running: list[tuple[float, int, str]] = []
+    loop, end = 0.0, 0.0
+    while ready or running:
+        ready.sort()
+        while ready and free:
+            at, gpu = heapq.heappop(free)
+            kind, neg, i, what = ready.pop(0)
+            seconds = -neg if what == "build" else modules[i][what]
+            start = max(at, loop, _ready_at(done_at, i, what))
+            loop = start + dispatch_s
+            heapq.heappush(running, (start + seconds, i, what))
+            heapq.heappush(free, (start + seconds, gpu))
+            if what == "remeasure":
+                end = max(end, start + seconds)
+        if not running:
+            break
+        finish, i, what = heapq.heappop(running)
+        if what != "remeasure":
+            left[i] -= 1
+            done_at[i] = max(done_at[i], finish)
+            if left[i] == 0:
+                ready.append((0, 0.0, i, "remeasure"))
+        end = max(end, finish)
+    return end
+
+
+def _ready_at(done_at: dict, module: int, what: str) -> float:
+    return done_at[module] if what == "remeasure" else 0.0
+
+
+def limits(modules: list[dict], gpus: int, args) -> dict:
+    tasks = sum(2 + len(m["builds"]) for m in modules)
+    actors = gpus
+    return {"driver_s": tasks * args.dispatch_ms / 1000.0,
+            "object_store_s": len(modules) * min(actors, max(len(m["builds"]) for m in modules) + 2)
+            * args.module_mb / 1000.0 / args.store_gbps,
+            "actor_start_s": -(-actors // args.start_concurrency) * args.actor_start_s}
+
+
+def job_table(data: dict, args) -> str:
+    modules = job_modules(data, args.modules, args.scale)
+    counts = [int(n) for n in args.gpus.split(",")]
+    critical = max(max([m["baseline"], *m["builds"]]) + m["remeasure"] for m in modules)
+    lines = [f"### SIMULATION (not measured): {len(modules)} modules' recorded tasks "
+             f"({sum(len(m['builds']) for m in modules)} builds) from {data.get('script', '?')}, "
+             f"{data.get('date', '?')}", "",
+             "| GPUs | one schedule s | one module at a time s | critical path s | driver loop s | object store s "
+             "| actor start s | estimated wall s | over critical path | what limits it |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for gpus in counts:
+        together = one_schedule(modules, gpus, args.dispatch_ms / 1000.0)
+        serial = sum(one_schedule([m], gpus, args.dispatch_ms / 1000.0) for m in modules)
+        lim = limits(modules, gpus, args)
+        parts = {"the tasks on the GPUs": together, "the driver's loop": lim["driver_s"],
+                 "the object store": lim["object_store_s"]}
+        bound = max(parts, key=parts.get)
+        wall = parts[bound] + lim["actor_start_s"]
+        if lim["actor_start_s"] > parts[bound]:
+            bound = "the actors' start"
+        lines.append(f"| {gpus} | {together:.1f} | {serial:.1f} | {critical:.1f} | {lim['driver_s']:.1f} | "
+                     f"{lim['object_store_s']:.1f} | {lim['actor_start_s']:.1f} | {wall:.1f} | "
+                     f"{wall / critical:.1f}x | {bound} |")
+    lines += ["", f"Limits as modelled: the driver's one loop at {args.dispatch_ms:g} ms per task (also inside the "
+              f"schedule's column); each module's {args.module_mb:g} MB fetched by every actor that builds or times "
+              f"it, through {args.store_gbps:g} GB/s of object store; {args.actor_start_s:g} s per actor start, "
+              f"{args.start_concurrency} at once. Estimated wall: the largest of the schedule, the driver's loop and "
+              "the object store, plus the actors' start.",
+              "Simulation only: each task is assumed to take on N GPUs what it took when recorded."]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("json", help="the .json written by ray_vs_inline.py --out")
+    parser.add_argument("json", help="the .json written by ray_vs_inline.py --out or pipeline_schedule.py")
+    parser.add_argument("--modules", default=None, help="pipeline JSON: the run with this many modules")
+    parser.add_argument("--scale", type=int, default=1, help="pipeline JSON: the modules copied this often")
+    parser.add_argument("--dispatch-ms", type=float, default=5.0, help="driver time per task dispatched")
+    parser.add_argument("--module-mb", type=float, default=500.0, help="a module's weights and samples")
+    parser.add_argument("--store-gbps", type=float, default=10.0, help="object store bandwidth out of the driver")
+    parser.add_argument("--actor-start-s", type=float, default=20.0, help="one tuner actor's start")
+    parser.add_argument("--start-concurrency", type=int, default=64, help="actors Ray starts at once")
     parser.add_argument("--gpus", default="1,2,4,8", help="comma list of GPU counts")
     parser.add_argument("--overhead", type=float, default=None,
                         help="fixed overhead in seconds (default: the measured Ray overhead in the file)")
@@ -147,6 +266,11 @@ def main() -> int:
                         help="whose per-candidate times to schedule (default: inline's, else Ray's)")
     args = parser.parse_args()
     data = json.loads(Path(args.json).read_text())
+    if "tasks" in data:
+        if args.gpus == "1,2,4,8":
+            args.gpus = "1,8,64,512"
+        print(job_table(data, args))
+        return 0
     args.times = args.times or ("inline" if "inline" in data else "ray")
     print(table(data, [int(n) for n in args.gpus.split(",")], args.overhead, args.serial, args.times))
     return 0

@@ -85,12 +85,12 @@ class _NotStarting:
 def _local_executor(monkeypatch, gpus=1, **kwargs) -> RayExecutor:
     """A RayExecutor as open() leaves it when it starts Ray here on a machine of gpus H200s (Ray's start
     itself left out)."""
-    from aitune_ray.cluster import ray_executor
+    from aitune_ray.cluster import session
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setattr(ray_executor, "Background", _NotStarting)
+    monkeypatch.setattr(session, "Background", _NotStarting)
     monkeypatch.setattr(layout, "local_gpu_bytes", lambda: H200)
     monkeypatch.setattr(layout, "local_cpus", lambda: 16 * gpus)
     executor = RayExecutor(**kwargs)

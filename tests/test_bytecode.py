@@ -74,7 +74,7 @@ def test_the_doctor_and_the_ray_executor_pass_the_advice_on(monkeypatch, caplog)
     import torch
 
     from aitune_ray import doctor
-    from aitune_ray.cluster import ray_executor
+    from aitune_ray.cluster import ray_executor, session
 
     monkeypatch.setattr(doctor, "uncached", lambda: ["torch"])
     row = doctor.machine_report()
@@ -85,11 +85,11 @@ def test_the_doctor_and_the_ray_executor_pass_the_advice_on(monkeypatch, caplog)
         def __init__(self, start, what):
             pass
 
-    monkeypatch.setattr(ray_executor, "uncached", lambda: ["torch", "sympy"])
-    monkeypatch.setattr(ray_executor, "Background", NotStarting)
+    monkeypatch.setattr(session, "uncached", lambda: ["torch", "sympy"])
+    monkeypatch.setattr(session, "Background", NotStarting)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with caplog.at_level(logging.WARNING, logger=ray_executor.__name__):
+    with caplog.at_level(logging.WARNING, logger=session.__name__):
         ray_executor.RayExecutor().open()
     assert any("start slowly" in r.getMessage() and "torch, sympy" in r.getMessage() for r in caplog.records)
 

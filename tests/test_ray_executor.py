@@ -199,24 +199,18 @@ class TestOneNode:
         assert [e["status"] for e in cancelled] == ["cancelled"]
 
     def test_builds_start_on_the_other_actors_while_one_times_eager(self, executor):
-        events, order = [], []
+        """The eager baseline and the build are queued together (timing first): the build is dispatched to
+        the other actor before the baseline has ended, not after it."""
+        events = []
         executor.progress = events.append
-        real = executor.baseline
-
-        def baseline(context):
-            # what had happened when it began
-            order.append(("baseline", [e["event"] for e in events if e["event"] != "queued"]))
-            return real(context)
-
-        executor.baseline = baseline
         before = {st["slot"]: st["baselines"] for st in executor.actor_stats()}
         try:
             only = fast(tag=7, build_s=1.0)
             report = recorded("overlap", max_throughput([only])).tune(executor=executor)
         finally:
             executor.progress = None
-            del executor.baseline
-        assert order == [("baseline", ["building"])]          # the build was under way before eager was timed
+        order = [(e["task"], e["event"]) for e in events if e["event"] != "queued"]
+        assert order.index(("build", "building")) < order.index(("baseline", "done"))   # under way meanwhile
         (result,) = report.results
         assert result.ok and report.baseline
         timed_eager = [st["slot"] for st in executor.actor_stats() if st["baselines"] > before.get(st["slot"], 0)]
@@ -391,11 +385,11 @@ def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
 def test_closing_a_ray_it_started_kills_its_monitor_before_shutting_it_down(monkeypatch):
     """Ray's shutdown waits up to a second for each process it sent SIGTERM; its autoscaler monitor takes that
     second. The executor that started Ray kills the monitor first, and Ray is still shut down."""
-    from aitune_ray.cluster import ray_executor
+    from aitune_ray.cluster import session
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     seen = []
-    real = ray_executor._stop_local_monitor
+    real = session.stop_local_monitor
 
     def spy():
         (info,) = ray._private.worker._global_node.all_processes["monitor"]
@@ -403,7 +397,7 @@ def test_closing_a_ray_it_started_kills_its_monitor_before_shutting_it_down(monk
         seen.append((killed, info.process.poll()))
         return killed
 
-    monkeypatch.setattr(ray_executor, "_stop_local_monitor", spy)
+    monkeypatch.setattr(session, "stop_local_monitor", spy)
     executor = RayExecutor(max_actors=1)
     executor.open()
     executor.close()
@@ -676,22 +670,15 @@ def test_the_re_measure_goes_to_the_actor_that_built_most_finalists_even_when_it
     """The choice itself, without Ray: slot i on GPU gpus[i]; finalist j built by slot built[j]. The re-measure
     goes to the GPU that measured most finalists, and there to the actor that built most of them."""
     from aitune_ray.cluster.pool import Slot
-    from aitune_ray.samples import SampleStore
+    from aitune_ray.cluster.timing_calls import remeasure_rank
 
     where = [{"node": "host", "gpu": f"H200 #{g}"} for g in gpus]
     slots = [Slot(i, actor=object(), generation=1, log_path=f"actor{i}.1.log", info=dict(where[i]))
              for i in range(len(gpus))]
-    executor = RayExecutor(gpus_per_actor=0.5)
-    executor.pool = type("Pool", (), {"alive": staticmethod(lambda: slots)})()
-    called = []
-    monkeypatch.setattr(executor, "_call", lambda slot, *args: called.append(slot) or {
-        "eager": {}, "results": {}, "errors": {}, "node": "host", "gpu": "H200 #0"})
-    monkeypatch.setattr(executor, "_box", lambda context: [None, None])
-    context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cpu"), workdir=tmp_path)
     results = [BuildResult(key=f"k{i}", backend="B", spec={}, status=OK, log_path=f"actor{a}.1.log", **where[a])
                for i, a in enumerate(built)]
-    executor.remeasure(context, results, {})
-    assert called == [slots[expected]]
+    rank = remeasure_rank(results)
+    assert min(slots, key=lambda slot: (rank(slot), slot.index)) is slots[expected]
 
 
 @pytest.mark.parametrize("gpus, here, expected", [(1.0, 1.0, True), (2.0, 2.0, True), (2.0, 1.0, False),

@@ -30,17 +30,18 @@ def _until(read, ok, timeout_s: float = 60.0):
 def test_actors_and_tasks_carry_readable_names(tmp_path):
     from ray.util.state import list_actors, list_tasks
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=True, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": WORKER_PATH}})
+    context = ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=True, log_to_driver=False,
+                       runtime_env={"env_vars": {"PYTHONPATH": WORKER_PATH}})
+    state = f"http://{context.dashboard_url}"   # this test's Ray, whatever else runs on the machine
     try:
         with RayExecutor(task_timeout_s=30, remeasure_rounds=3, log_dir=str(tmp_path / "logs")) as executor:
             report = recorded("names", max_throughput([fast(tag=1)])).tune(executor=executor)
             assert report.results[0].ok
             host = socket.gethostname()
-            actors = _until(lambda: [a.repr_name for a in list_actors(detail=True)],
+            actors = _until(lambda: [a.repr_name for a in list_actors(address=state, detail=True) if a.class_name == "TunerActor"],
                             lambda names: len([n for n in names if n]) >= 2)
             assert sorted(actors) == [f"tuner gpu0@{host}", f"tuner gpu1@{host}"]
-            tasks = _until(lambda: {t.name for t in list_tasks(limit=1000)},
+            tasks = _until(lambda: {t.name for t in list_tasks(address=state, limit=1000)},
                            lambda names: {"build FastBackend:names", "remeasure names"} <= names)
             assert {"build FastBackend:names", "baseline names", "remeasure names"} <= tasks
     finally:

@@ -73,6 +73,7 @@ class ModuleRecord:
     signature: SignatureRecord = dataclasses.field(default_factory=dict)
     is_jit: Optional[bool] = None
     failure: str = ""
+    gpu_kind: str = ""     # the GPU kind its decision is for ("" when the job named none)
 
 
 @dataclasses.dataclass

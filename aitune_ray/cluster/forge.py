@@ -126,7 +126,7 @@ class RayForgeRunner(ForgeRunner):
                 self.intent = "cuda" if device_of(search.unique).type == "cuda" else "cpu"
             data = [(count, FunctionSample(*move((sample.args, sample.kwargs), "cpu")))
                     for count, sample in search.data]
-            box = self._boxes[search.function] = [self.executor._put(data)]
+            box = self._boxes[search.function] = [self.executor.put(data)]
         return box
 
     def _queued(self) -> None:
@@ -231,8 +231,9 @@ class PlanRun:
     done: set when it ended; then outcome() gives each job carrying the plan, or each job's failed result.
     """
 
-    def __init__(self, executor, context, jobs: list[CandidateJob]):
+    def __init__(self, executor, context, jobs: list[CandidateJob], notify: Callable[[], None] | None = None):
         self.executor, self.context, self.jobs = executor, context, list(jobs)
+        self.notify = notify   # called (on the plan's thread) when ready or done is set
         self.job = self.jobs[0]
         self.ready, self.done = threading.Event(), threading.Event()
         self.plan = None
@@ -273,7 +274,7 @@ class PlanRun:
             self._class = backend_class_of(self.job.spec)
             intent = "cuda" if torch.device(ctx.device).type == "cuda" else "cpu"
             self._planner = self._class.planner(self.job.spec, RayForgeRunner(
-                self.executor, intent, on_queue=self.ready.set, context=ctx, profile_child=self._child))
+                self.executor, intent, on_queue=self._set_ready, context=ctx, profile_child=self._child))
             # A profile is no timing (its shares are CUDA kernels' own durations): beside actors that share its
             # GPU it holds a build's turn, so their builds go on meanwhile and only their timings wait for it.
             turns = turns_for(module_device(ctx.module), self._cuda and self.executor.actors_share_gpus())
@@ -289,12 +290,22 @@ class PlanRun:
             self._close_child()
         return not self._cancelled
 
+    def _set_ready(self) -> None:
+        self.ready.set()
+        if self.notify is not None:
+            self.notify()
+
+    def _end(self) -> None:
+        self.ready.set()
+        self.done.set()
+        if self.notify is not None:
+            self.notify()
+
     def _failed(self, exc: Exception) -> None:
         logger.error("[%s] the plan of %s failed: %s: %s", self.context.name, self.job.key, type(exc).__name__, exc)
         self.error = exc
         self.seconds = time.monotonic() - self.started
-        self.ready.set()
-        self.done.set()
+        self._end()
 
     def _run(self) -> None:
         ctx = self.context
@@ -309,8 +320,7 @@ class PlanRun:
             logger.debug("plan of %s", self.job.key, exc_info=True)
             self._failed(exc)
         finally:
-            self.ready.set()
-            self.done.set()
+            self._end()
 
     def outcome(self) -> list[CandidateJob | BuildResult]:
         """After done: each job carrying the plan, to build; or each job's failed result; nothing when the

@@ -85,6 +85,7 @@ class Scheduler:
         self.tasks.cancel("forge work no longer wanted")
         with self.pool.lock:
             self.pool.demand.pop(id(self), None)
+        self.pool.changed()
 
     # ----- internals ----------------------------------------------------------------------------
     def _emit(self, work: Work, event: str, status: str) -> None:
@@ -96,7 +97,10 @@ class Scheduler:
 
     def _demand(self) -> None:
         with self.pool.lock:
+            before = self.pool.demand.get(id(self), 0)
             self.pool.demand[id(self)] = len(self.queue)
+        if before and not self.queue:   # the job's schedule may use the idle actors again
+            self.pool.changed()
 
     def _step(self) -> None:
         if self.cancelled.is_set():

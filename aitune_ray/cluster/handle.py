@@ -1,17 +1,21 @@
-"""RayRunHandle: one batch of candidate jobs on a RayExecutor's actors, handed on as they end.
+"""RayRunHandle: one module's batch of candidate jobs in the job's schedule, handed on as they end.
+
+start() queues the batch's builds in the executor's one schedule (aitune_ray.cluster.schedule), beside every
+other module's; iterating waits for this batch's own events only (a build started, ended, or was queued again
+after its node left), so a module's decision never waits for another module's work.
 
 Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver profiles, then searches, on
 a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs build while the search runs. On actors
 with a GPU each they also wait for the profile; actors that share their GPU, with each other or with the
-driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). Meanwhile
-this loop keeps polling the pool, which starts its later actors on time. A task that times out, loses its
-worker or raises becomes that job's result.
+driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). A task that
+times out, loses its worker or raises becomes that job's result. Talks to the executor through its public
+methods only.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
+import queue
 import time
 from typing import Iterator
 
@@ -19,7 +23,8 @@ import ray
 
 import aitune_ray.artifacts as artifacts
 from aitune_ray.backend.backend import plan_key_of
-from aitune_ray.cluster.tasks import Task, TaskRunner
+from aitune_ray.cluster.schedule import Request
+from aitune_ray.errors import BuildError
 from aitune_ray.executor import RunHandle, TuneContext
 from aitune_ray.failures import log_hint, revive_exception, short
 from aitune_ray.results import CANCELLED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
@@ -37,69 +42,55 @@ class RayRunHandle(RunHandle):
             key = plan_key_of(job.spec)
             if key is not None:
                 groups.setdefault(key, []).append(job)
-        self._queue = collections.deque(job for job in jobs if plan_key_of(job.spec) is None)
-        self._plans = [PlanRun(executor, context, group) for group in groups.values()]
-        self._runner: TaskRunner | None = None   # bound to the pool at first use (Ray may still be starting)
-        self._cancelled = False
+        self._plain = [job for job in jobs if plan_key_of(job.spec) is None]
+        self._inbox: queue.Queue = queue.Queue()
+        self._plans = [PlanRun(executor, context, group, notify=self._plan_event) for group in groups.values()]
+        self._requests: list[Request] = []
+        self._outstanding = len(jobs)
+        self._started = self._cancelled = False
         for job in jobs:
-            executor._emit(context, job, "queued", "running", {}, 0.0)
+            executor.emit_job(context, job, "queued")
 
-    def start(self) -> bool:
-        """Keep one actor for the eager baseline and start the first builds on the others now, so that
-        they overlap the baseline (when kernel plans are pending and the actors have a GPU each, the builds
-        wait for the driver's profile, after the baseline; on one local GPU the driver then times eager and
-        profiles while that actor is still starting). Returns whether an actor was kept."""
-        if not self._queue and not self._plans:
-            return False
-        slot = self._ex.pool.acquire()
-        if slot is None:
-            return False
-        self._ex._baseline_slots[self._ctx.name] = slot
-        self._dispatch()
-        return True
+    def start(self) -> None:
+        """Queue this batch's builds in the job's schedule and start its plans (once)."""
+        if self._started:
+            return
+        self._started = True
+        self._queue(self._plain)
+        for plan in self._plans:   # each profiles, then searches, on a thread of its own
+            for job in plan.jobs:
+                self._ex.emit_job(self._ctx, job, "planning", where=self._ex.driver(), task="profile")
+            plan.start()
 
     def __iter__(self) -> Iterator[BuildResult]:
         finished = False
-        waiting_since = None   # since when jobs wait with nothing in flight
         try:
-            # Plain builds first where they need not wait for a plan (actors that share their GPU): the
-            # module's put and their dispatch then run before the profile's thread competes for this process.
-            self._dispatch()
-            for plan in self._plans:   # each profiles, then searches, on a thread of its own
-                for job in plan.jobs:
-                    self._ex._emit(self._ctx, job, "planning", "running", self._ex.driver(), 0.0, task="profile")
-                plan.start()
-            while not self._cancelled and (self._queue or self._tasks.inflight or self._plans):
-                # Jobs already queued go before those whose plan has just finished: the plain builds wait
-                # only for the driver's profiling, never for the search.
-                self._dispatch()
-                for result in self._planned():
-                    yield result
-                    if self._cancelled:
-                        return
-                self._dispatch()
-                if not self._tasks.inflight:
-                    waited = time.monotonic() - (waiting_since := waiting_since or time.monotonic())
-                    stalled = bool(self._queue) and not self._plans and waited > self._ex.task_timeout_s
-                    if not self._ex.pool.alive() or stalled:   # every slot retired, or none starts again
-                        reason = "" if not stalled else (f"not run: no actor could start within "
-                                                         f"task_timeout_s={self._ex.task_timeout_s:g}s")
-                        while self._queue and not self._cancelled:
-                            yield self._unrun(self._queue.popleft(), reason)
-                        if not self._plans:
-                            break
-                    time.sleep(0.05)   # kernel plans still running, or the forge holds every actor
-                    continue
-                waiting_since = None
-                # Each ended build is handed on before its actor gets the next one: what the consumer releases
-                # on seeing it (MaxThroughput drops builds out of reach) then reaches that actor ahead of its
-                # next build, instead of behind it, where the released build would still hold its memory while
-                # the next one builds (the loop's top dispatches).
-                ended = self._tasks.wait(self._tasks.poll_s(0.2 if self._plans else 1.0))
-                for task in ended:
-                    result = self._result(task)
-                    self._ex._done(self._ctx, task, result)
-                    yield result
+            self.start()
+            while self._outstanding and not self._cancelled:
+                what, item = self._inbox.get()
+                if what == "plan":
+                    for result in self._planned():
+                        self._outstanding -= 1
+                        yield result
+                        if self._cancelled:
+                            return
+                elif what == "error":   # the progress callback raised as the build started
+                    raise item.error
+                elif what == "requeued":
+                    self._ex.emit_job(self._ctx, item.payload, "queued", reason="its node left the cluster",
+                                      lost_log=item.lost_logs[-1])
+                elif what in ("cancelled", "stopped"):   # not by this handle: the whole job was stopped
+                    raise BuildError(f"{self._ctx.name}: its work was cancelled")
+                elif what == "end":
+                    # Each ended build is handed on before its actor gets the next one: what the consumer releases
+                    # on seeing it (MaxThroughput drops builds out of reach) then reaches that actor ahead of its
+                    # next build, where the released build would otherwise still hold its memory.
+                    self._outstanding -= 1
+                    result = self._result(item)
+                    try:
+                        yield result
+                    finally:
+                        self._ex.schedule.handed_on(item)
                     if self._cancelled:
                         return
             finished = True
@@ -107,68 +98,84 @@ class RayRunHandle(RunHandle):
             if not finished:   # Ctrl-C, an error in the consumer, or the consumer stopped early
                 self.cancel()
 
-    @property
-    def _tasks(self) -> TaskRunner:
-        if self._runner is None:
-            self._runner = TaskRunner(self._ex.pool)
-        return self._runner
+    def stop(self) -> None:
+        """The whole job is stopped (Executor.stop_all): the consumer's wait ends with an error (its plans too)."""
+        self._inbox.put(("stopped", None))
 
     def cancel(self) -> None:
         if self._cancelled:
             return
         self._cancelled = True
-        never = list(self._queue)
-        self._queue.clear()
-        for job in never:
-            self._ex._emit(self._ctx, job, "done", CANCELLED, {}, 0.0)
-        kept = self._ex._baseline_slots.pop(self._ctx.name, None)
-        if kept is not None:   # the baseline never ran (an error before it)
-            kept.busy = False
+        running = set(self._ex.schedule.cancel(self._requests, "its work was cancelled")) if self._requests else set()
+        for request in self._requests:
+            if request.state == "ended":   # a result no one took: its actor is free again
+                self._ex.schedule.handed_on(request)
+        for request in self._requests:
+            if request.state == "cancelled" and request not in running:
+                self._ex.emit_job(self._ctx, request.payload, "done", CANCELLED)
         for plan in self._plans:
             plan.cancel()
             for job in plan.jobs:
-                self._ex._emit(self._ctx, job, "done", CANCELLED, self._ex.driver(), time.monotonic() - plan.started,
-                               task="profile")
+                self._ex.emit_job(self._ctx, job, "done", CANCELLED, where=self._ex.driver(),
+                                  elapsed_s=time.monotonic() - plan.started, task="profile")
         self._plans.clear()
-        running = self._runner.cancel("its work was cancelled") if self._runner is not None else []
-        for task in running:   # killed first: a progress callback may raise
-            self._ex._emit(self._ctx, task.payload, "done", CANCELLED, task.where, time.monotonic() - task.dispatched)
+        for request in running:   # killed first: a progress callback may raise
+            task = request.task
+            self._ex.emit_job(self._ctx, request.payload, "done", CANCELLED, where=task.where if task else {},
+                              elapsed_s=time.monotonic() - task.dispatched if task else 0.0)
 
     # ----- internals ------------------------------------------------------------------------------
+    def _plan_event(self) -> None:
+        """A plan's profile is over, or the plan ended (PlanRun's thread): look, and let held builds go."""
+        self._inbox.put(("plan", None))
+        self._ex.schedule.ring()
+
+    def _building(self, request: Request) -> None:
+        self._ex.emit_job(self._ctx, request.payload, "building", where=request.task.where)
+
+    def _profiles_over(self) -> bool:
+        """Whether plain builds may go: the driver's profiles for kernel plans are over (their tasks go first),
+        or the actors share their GPU and build meanwhile (the profile holds a build's turn there)."""
+        return self._ex.actors_share_gpus() or all(p.ready.is_set() for p in self._plans)
+
+    def _queue(self, jobs: list[CandidateJob], front: bool = False) -> None:
+        box, intent = self._ex.box(self._ctx), self._ex.intent(self._ctx)
+        hold = self._profiles_over if self._plans and not front else None
+        requests = [Request("run", (self._ctx.name, box, intent, job.to_dict()), self._ctx.name,
+                            self._ex.task_timeout_s, name=f"build {job.backend_name}:{self._ctx.name}", payload=job,
+                            cost=self._ex.schedule.costs.estimate(self._ctx.name, job.spec), group=id(self),
+                            hold=hold, keep_slot=True, sink=self._inbox, on_start=self._building) for job in jobs]
+        self._requests.extend(requests)
+        self._ex.schedule.submit(*requests, front=front)
+
     def _planned(self) -> Iterator[BuildResult]:
-        """Jobs whose kernel plan is finished go to the front of the queue; a failed plan is a result."""
+        """Jobs whose kernel plan is finished go before the batch's other queued builds; a failed plan is a
+        result."""
         for plan in [p for p in self._plans if p.done.is_set()]:
             self._plans.remove(plan)
             outcomes = list(zip(plan.jobs, plan.outcome()))   # empty when the plan was cancelled
-            self._queue.extendleft(reversed([o for _, o in outcomes if isinstance(o, CandidateJob)]))
+            self._queue([o for _, o in outcomes if isinstance(o, CandidateJob)], front=True)
             for job, outcome in outcomes:
-                if isinstance(outcome, CandidateJob):
-                    self._ex._emit(self._ctx, job, "done", "ok", self._ex.driver(), time.monotonic() - plan.started,
-                                   task="profile")
+                status = "ok" if isinstance(outcome, CandidateJob) else outcome.status
+                self._ex.emit_job(self._ctx, job, "done", status, where=self._ex.driver(),
+                                  elapsed_s=time.monotonic() - plan.started, task="profile")
                 if isinstance(outcome, BuildResult):
-                    self._ex._emit(self._ctx, job, "done", outcome.status, self._ex.driver(),
-                                   time.monotonic() - plan.started, task="profile")
                     yield outcome
 
-    def _dispatch(self) -> None:
-        if not self._queue or (not self._ex.actors_share_gpus() and any(not p.ready.is_set() for p in self._plans)):
-            # The driver is still profiling for a kernel plan, whose tasks go first. Actors that share their
-            # GPU (with each other or the driver) build meanwhile: the profile holds a build's turn there,
-            # which their timings wait for.
-            return
-        box, intent = self._ex._box(self._ctx), self._ex._intent(self._ctx)
-        while self._queue:
-            slot = self._ex.pool.acquire()
-            if slot is None:
-                return
-            job = self._queue.popleft()
-            task = self._tasks.start(slot, "run", (self._ctx.name, box, intent, job.to_dict()), self._ex.task_timeout_s,
-                                     payload=job, name=f"build {job.backend_name}:{self._ctx.name}")
-            self._ex._emit(self._ctx, job, "building", "running", task.where, 0.0)
+    def _result(self, request: Request) -> BuildResult:
+        """What an ended build request gives: the worker's result, or a result saying how its task failed."""
+        job, task = request.payload, request.task
+        if task is None:
+            self._ex.emit_job(self._ctx, job, "done", ERROR)
+            return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
+                               error_type="NoActorsLeft", error=request.unrun)
+        result = self._outcome(job, task)
+        self._ex.schedule.costs.measured(self._ctx.name, job.spec, task.seconds)
+        self._ex.task_done(self._ctx, task, result)
+        return result
 
-    def _result(self, task: Task) -> BuildResult:
-        """What an ended build task gives: the worker's result, or a result saying how the task failed."""
-        job, failure = task.payload, task.failure
+    def _outcome(self, job: CandidateJob, task) -> BuildResult:
+        failure = task.failure
         if task.timed_out:
             return self._failed(task, TIMED_OUT, f"{job.backend_name} ran past task_timeout_s="
                                 f"{self._ex.task_timeout_s:g}s; its actor was killed and replaced", "TimeoutError")
@@ -195,18 +202,11 @@ class RayRunHandle(RunHandle):
             result.artifacts = {}
         return result
 
-    def _unrun(self, job: CandidateJob, reason: str = "") -> BuildResult:
-        result = BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
-                             error_type="NoActorsLeft",
-                             error=reason or f"not run: every actor slot used up its max_actor_restarts="
-                                             f"{self._ex.max_actor_restarts} replacements")
-        self._ex._emit(self._ctx, job, "done", ERROR, {}, 0.0)
-        return result
-
-    def _failed(self, task: Task, status: str, error: str, error_type: str) -> BuildResult:
-        info, job = task.where, task.payload
-        device = "cuda" if self._ex._intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
+    def _failed(self, task, status: str, error: str, error_type: str) -> BuildResult:
+        info, job = task.where, task.payload.payload
+        device = "cuda" if self._ex.intent(self._ctx) == "cuda" and info.get("cuda", True) else "cpu"
         return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=status,
-                           error=error, error_type=error_type, build_s=task.seconds or time.monotonic() - task.dispatched,
+                           error=error, error_type=error_type,
+                           build_s=task.seconds or time.monotonic() - task.dispatched,
                            device=device, node=info.get("node", ""), gpu=info.get("gpu", ""),
                            log_path=info.get("log_path") or task.log_path)

@@ -42,6 +42,7 @@ class Slot:
     ready_ref: Any = None             # ObjectRef of actor.identity()
     info: dict | None = None          # identity once the actor answered
     busy: bool = False
+    owner: Any = None                 # the task its actor runs (or last ran, while the slot is kept for it)
 
     @property
     def alive(self) -> bool:
@@ -69,16 +70,19 @@ class Slot:
 
 class ActorPool:
     def __init__(self, size: int, *, num_gpus: float, num_cpus: float, max_restarts: int, log_dir: str,
-                 limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile", turns: bool = False):
+                 limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile", turns: bool = False,
+                 resources: dict[str, float] | None = None):
         self.num_cpus = num_cpus   # the GPU share is each slot's (Slot.num_gpus, from start_shares)
         self.warm_up = warm_up
         self.turns = turns         # the actors take turns at their GPU even with all of it (the driver uses it)
+        self.resources = resources or {}   # custom resources each actor asks for (a GPU kind's, see cluster.kinds)
         self.max_restarts = max_restarts
         self.log_dir = log_dir
         self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
         self._remote = ray.remote(TunerActor)
         self.lock = threading.RLock()
         self.demand: dict[int, int] = {}  # owner id -> tasks waiting for a slot, served first
+        self.listeners: list = []         # called (no arguments) when a slot becomes idle or is replaced
         self.closed = False
         shares, first = start_shares(size, num_gpus)
         self.slots = [Slot(i, num_gpus=share) for i, share in enumerate(shares)]
@@ -107,13 +111,24 @@ class ActorPool:
         slot.generation += 1
         slot.log_path = str(Path(self.log_dir) / f"actor{slot.index}.{slot.generation}.log")
         slot.actor = self._remote.options(num_gpus=slot.num_gpus, num_cpus=self.num_cpus, max_restarts=0,
-                                          max_concurrency=1, scheduling_strategy="SPREAD").remote(
+                                          max_concurrency=1, scheduling_strategy="SPREAD",
+                                          resources=self.resources).remote(
             slot.index, slot.log_path, self.limit_bytes, self.artifact_dir, self.warm_up, slot.num_gpus or 1.0,
             self.turns)
         slot.ready_ref = slot.actor.identity.remote()
         slot.info = None
-        slot.busy = False
+        slot.busy, slot.owner = False, None
         logger.debug("slot %d: actor generation %d, log %s", slot.index, slot.generation, slot.log_path)
+
+    def free(self, slot: Slot) -> None:
+        """slot's task ended: it is idle again."""
+        slot.busy = False
+        self.changed()
+
+    def changed(self) -> None:
+        """Tell the listeners that a slot may be idle now (or demand changed)."""
+        for listener in list(self.listeners):
+            listener()
 
     def alive(self) -> list[Slot]:
         self._start_later()
@@ -155,7 +170,8 @@ class ActorPool:
                     return False
             logger.warning("slot %d: replacing its actor (%s)", slot.index, reason)
             self._spawn(slot)
-            return True
+        self.changed()
+        return True
 
     def kill(self, slot: Slot) -> None:
         if slot.actor is not None:
@@ -163,7 +179,7 @@ class ActorPool:
                 ray.kill(slot.actor, no_restart=True)
             except Exception as exc:  # already gone
                 logger.debug("kill of slot %d: %s", slot.index, exc)
-        slot.actor, slot.ready_ref, slot.info, slot.busy = None, None, None, False
+        slot.actor, slot.ready_ref, slot.info, slot.busy, slot.owner = None, None, None, False, None
 
     def shutdown(self, cleanup_timeout_s: float = 10.0) -> None:
         """Ask the idle actors to remove their work folders (a busy or dead one cannot, and one still starting

@@ -19,127 +19,42 @@ finished kernel plan) first gets one from the driver, its tasks on these actors
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import copy
 import logging
-import os
 import platform
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
 import ray
 import torch
 
-from aitune_ray.backend.backend import Backend
 import aitune_ray.artifacts as artifacts
-from aitune_ray.bytecode import advice, uncached
-from aitune_ray import tempdirs
-from aitune_ray.cluster import layout, lean_start
+from aitune_ray.backend.backend import Backend
 from aitune_ray.cluster.detached import DetachedBackend
-from aitune_ray.cluster.layout import Layout
+from aitune_ray.cluster.driver_gpu import DriverGpu
 from aitune_ray.cluster.handle import RayRunHandle
-from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.cluster.pool import ActorPool, Slot
+from aitune_ray.cluster.layout import Layout
+from aitune_ray.cluster.pool import ActorPool
+from aitune_ray.cluster.schedule import Request, Schedule
+from aitune_ray.cluster.session import RaySession, check_reachable, cpu_module, tensors_of_sample
 from aitune_ray.cluster.starting import Background
-from aitune_ray.cluster.tasks import Task, TaskRunner
-from aitune_ray.device import gpu_identity, parse_device
-from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
-from aitune_ray.failures import classify, short
-from aitune_ray.measure.timing import Timing, profile_samples
-from aitune_ray.measure.turns import shares_gpu, turns_for
-from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.cluster.tasks import Task
+from aitune_ray.cluster.timing_calls import TimingCalls
+from aitune_ray.errors import ConfigError
+from aitune_ray.executor import Executor, RunHandle, TuneContext
+from aitune_ray.results import CRASHED, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.warm_up import WARM_UP_MODES
-from aitune_ray.worker import finalist, remeasured_eager
+
+__all__ = ["RayExecutor", "check_reachable"]
 
 logger = logging.getLogger(__name__)
 
 
-def _cpu_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
-    tensors = list(module.parameters()) + list(module.buffers())
-    if all(t.device.type == "cpu" for t in tensors):
-        return module
-    return copy.deepcopy(module).to("cpu")
-
-
-def check_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """Raise ClusterError naming address when nothing listens there (ray.init would retry for minutes)."""
-    import socket
-
-    target = address.split("://", 1)[-1]
-    host, _, port = target.rpartition(":")
-    if address == "auto" or not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ClusterError(f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}); check the "
-                           "address (--address, executor.address or RAY_ADDRESS) and that its head node is up") from exc
-
-
-def _remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
-    """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
-    worker crashed, hung or ran out of memory (then the logs stay: the report names them)."""
-    import shutil
-
-    folder = Path(log_dir)
-    for work in folder.glob("work-actor*"):
-        shutil.rmtree(work, ignore_errors=True)
-    if own and not keep_logs:
-        shutil.rmtree(own, ignore_errors=True)
-    elif own:
-        tempdirs.keep(own)
-        logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
-
-
-def _stop_local_monitor() -> bool:
-    """Kill the autoscaler monitor of the Ray this process started, before ray.shutdown(). Shutdown sends
-    each of Ray's processes SIGTERM and waits up to a second for it; the monitor, which a single-node Ray
-    started here has no use for, takes that whole second. Returns whether one was killed."""
-    node = getattr(ray._private.worker, "_global_node", None)   # Ray's own handle on the processes it started
-    infos = (getattr(node, "all_processes", None) or {}).get("monitor") or []
-    killed = False
-    for info in infos:
-        process = getattr(info, "process", None)
-        if process is not None and process.poll() is None:
-            process.kill()
-            with contextlib.suppress(Exception):
-                process.wait(timeout=1)
-            killed = True
-    return killed
-
-
-def _token_auth_said() -> None:
-    """Ray turns token authentication on for a Ray that ray.init() starts here, and warns that it did, unless
-    RAY_AUTH_MODE says so explicitly. Token it is, said explicitly (RAY_AUTH_MODE=token, as Ray itself sets
-    it): the same protection, without a warning the user of this job can do nothing about. An explicit
-    RAY_AUTH_MODE is left as it is."""
-    if os.environ.get("RAY_AUTH_MODE") is not None:
-        return
-    try:   # Ray's own step (ray 2.60): the variable, and Ray's cached config read again
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    except ImportError:
-        return   # another Ray: it decides, and says so, itself
-    _enable_token_auth()
-
-
-def _watch_session():
-    """A SessionReaper for the Ray just started here (None when its session folder is not known)."""
-    from aitune_ray.cluster.session_reaper import SessionReaper
-
-    try:
-        session_dir = ray._private.worker._global_node.get_session_dir_path()   # Ray's handle on its session
-    except Exception as exc:  # noqa: BLE001 - Ray's internals moved: the session ends as Ray ends it
-        logger.debug("the local Ray's session folder is not known (%s): no watcher for it", exc)
-        return None
-    return SessionReaper(session_dir)
-
-
-class RayExecutor(Executor):
-    """Runs candidate jobs on a pool of Ray actors, one per GPU.
+class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
+    """Runs candidate jobs on a pool of Ray actors, one per GPU, through one schedule for every module of
+    the job (aitune_ray.cluster.schedule): modules are tuned at once.
 
     address: a Ray cluster to connect to (else RAY_ADDRESS, else an already initialized Ray, else Ray is
         started on this machine; close() shuts down only a Ray this executor started or connected).
@@ -158,16 +73,21 @@ class RayExecutor(Executor):
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
     remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    gpu_kind: the GPU kind to tune for on a cluster of several (Ray's accelerator type, "H100", or a custom
+        resource label its nodes carry; aitune_ray.cluster.kinds): actors go only to nodes of that kind, and
+        a cluster without one is refused at open(). None: any node.
     warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
         (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
     """
 
+    concurrent_modules = True
+
     def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
                  progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
-                 warm_up: str = "compile"):
+                 warm_up: str = "compile", gpu_kind: str | None = None):
         if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
         if max_actors is not None and max_actors < 1:
@@ -188,6 +108,7 @@ class RayExecutor(Executor):
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
         self.warm_up = warm_up
+        self.gpu_kind = gpu_kind or None
         self._pool: ActorPool | None = None
         self._starting: Background | None = None   # a local Ray's start, under way on its own thread
         self._local_gpus = 0                       # the GPUs a local Ray was started with
@@ -200,214 +121,37 @@ class RayExecutor(Executor):
         self._own_ray = False
         self._local = False             # this executor started Ray on this machine
         self._boxes: dict[str, tuple] = {}
-        self._baseline_slots: dict = {}   # module name -> the Slot submit() kept for its eager baseline
-        self._driver_baseline: set[str] = set()   # modules whose eager baseline this driver times
+        self._baselines: dict[str, Request] = {}   # module name -> its eager baseline, queued by submit_early
+        self._schedule: Schedule | None = None     # the job's one schedule over the pool
+        self._handles: weakref.WeakSet = weakref.WeakSet()   # the run handles of this job (stop_all stops them)
         self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
-        self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
         self._reaper = None                    # ends the local Ray started here should this process die
+        self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
 
     # ----- lifecycle ----------------------------------------------------------------------------
-    @property
-    def pool(self) -> ActorPool | None:
-        """The actor pool, once open() made it (waiting for a start still under way)."""
-        self._wait_started()
-        return self._pool
 
-    def _wait_started(self) -> None:
-        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
-        if self._starting is not None:
-            self._starting.wait()
 
-    @pool.setter
-    def pool(self, value) -> None:
-        self._pool = value
 
-    def open(self) -> None:
-        """Connect to Ray, or start it on this machine, and create the tuner actors. A Ray it starts here
-        starts on a thread of its own and open() returns at once: what needs the actors waits for them, while
-        the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
-        if self._pool is not None or self._starting is not None:
-            return
-        missing = uncached()
-        if missing:   # the actors on this machine pay it before their first build; doctor checks every node
-            logger.warning("tuner actors on this machine will start slowly: %s", advice(missing))
-        if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
-            self._start()
-            return
-        # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
-        self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
-        self._own_ray = self._local = True
-        self._starting = Background(self._start, "starting Ray on this machine")
 
-    def _start(self) -> None:
-        started = time.perf_counter()
-        if not ray.is_initialized():
-            address = self.address or os.environ.get("RAY_ADDRESS")
-            if address:
-                logger.info("connecting to the Ray cluster at %s", address)
-                check_reachable(address)
-                ray.init(address=address)
-            else:
-                logger.info("starting Ray on this machine (local single-node mode)")
-                _token_auth_said()
-                # No idle workers prestarted, one per CPU: on a many-core machine their start competes
-                # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
-                # server, which this job's own Ray does not serve (lean_start).
-                self.started_lean = lean_start.start(lambda: ray.init(
-                    include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
-                self._reaper = _watch_session()
-            self._own_ray = True
-        resources = ray.cluster_resources()
-        self._close_layout("no batch had come when Ray was up")
-        size, num_gpus = self._pool_shape(resources.get("GPU", 0.0), resources.get("CPU", 0.0))
-        if not self._local:
-            self._driver_turns = self._driver_uses_the_gpu(size)
-        log_dir = self.log_dir or str(tempdirs.make("logs"))
-        self._own_log_dir = None if self.log_dir else log_dir
-        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
-                               turns=self._driver_turns,
-                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
-                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
-                               warm_up=self.warm_up)
-        self.open_s = time.perf_counter() - started
-        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
-                    log_dir)
 
-    def _choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
-        """With gpus_per_actor=None, on a Ray being started here: the actors per GPU for this first batch
-        (aitune_ray.cluster.layout), unless the pool was made already."""
-        with self._layout_lock:
-            if not self._layout_open:
-                return
-            self._layout_open = False
-            if not (self._local and self._local_gpus > 0 and torch.device(context.device).type == "cuda"):
-                return
-            if self.max_actors is not None and self.max_actors <= self._local_gpus:
-                self.layout = Layout(1, f"max_actors={self.max_actors}")
-            else:
-                tensors = [*context.module.parameters(), *context.module.buffers(),
-                           *(t for sample in context.samples for t in _tensors(sample))]
-                self.layout = layout.choose(job_bytes=layout.tensor_bytes(tensors), gpu_bytes=layout.local_gpu_bytes(),
-                                            gpus=self._local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
-            self.gpus_per_actor = self.layout.gpus_per_actor
-            logger.info("%d tuner actor(s) per GPU: %s", self.layout.actors_per_gpu, self.layout.reason)
 
-    def _close_layout(self, why: str) -> None:
-        """The pool is being made: the layout is what it is now."""
-        with self._layout_lock:
-            if self._layout_open and self._local and self._local_gpus > 0:
-                self.layout = Layout(1, why)
-                logger.info("one tuner actor per GPU: %s", why)
-            self._layout_open = False
 
-    def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
-        """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
-        if gpus > 0 and self.gpus_per_actor > 0:
-            num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
-            size = min(size, self.max_actors or size)
-        else:
-            num_gpus, size = 0, self.max_actors or 1
-            if not quiet:
-                logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
-        if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
-            fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
-            logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
-                           self.cpus_per_actor, cpus, fit)
-            size = fit
-        if size < 1:
-            raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
-        return size, num_gpus
 
-    def _actors(self) -> int:
-        """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
-        if self._pool is None and self._local and self._starting is not None and not self._starting.done():
-            return self._pool_shape(self._local_gpus, None, quiet=True)[0]
-        return len(self.pool.slots) if self.pool is not None else 0
 
-    def close(self) -> None:
-        starting, self._starting = self._starting, None
-        if starting is not None:   # a start still under way is waited for, then undone
-            with contextlib.suppress(ClusterError):
-                starting.wait()
-        try:
-            self._stop()
-        finally:
-            if starting is not None:   # after the shutdown: Ray's processes go with the thread that started them
-                starting.release()
 
-    def _stop(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            _remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
-            self._pool = None
-        self._boxes.clear()
-        self._baseline_slots.clear()
-        self._driver_baseline.clear()
-        if self._own_ray and ray.is_initialized():
-            started = time.perf_counter()
-            if self._local:
-                try:
-                    _stop_local_monitor()
-                except Exception as exc:  # Ray's internals moved: shutdown then waits its second for it
-                    logger.debug("the local Ray's monitor was not stopped first: %s", exc)
-            ray.shutdown()
-            self.shutdown_s = time.perf_counter() - started
-        if self._reaper is not None:
-            self._reaper.close()
-            self._reaper = None
-        self._own_ray = self._local = self._driver_turns = False
 
-    def resolve_device(self, device) -> torch.device:
-        """cpu or cuda, judged by the cluster's GPUs rather than this machine's. None: cuda when the cluster
-        has GPUs and the actors see CUDA (logical GPUs without CUDA, as in CPU tests, mean cpu). A cuda
-        index is dropped: each actor uses its own GPU. On a Ray this executor is starting here, the answer
-        does not wait for it: that Ray has this process's GPUs."""
-        self.open()
-        starting = self._local and self._pool is None
-        gpus = self._local_gpus if starting else ray.cluster_resources().get("GPU", 0.0)
-        if device is None:
-            if gpus > 0 and not self._actors_see_cuda():
-                logger.info("the cluster's %g GPU(s) have no CUDA device in the actors: tuning for cpu", gpus)
-                return torch.device("cpu")
-            return torch.device("cuda" if gpus > 0 else "cpu")
-        dev = parse_device(device)
-        if dev.type == "cpu":
-            return dev
-        if gpus <= 0:
-            raise DeviceError(f"device {device!r} was asked for, but the Ray cluster has no GPU")
-        if dev.index is not None:
-            logger.info("device %s: on Ray every actor uses its own GPU; the index is ignored", dev)
-        return torch.device("cuda")
 
-    def _actors_see_cuda(self) -> bool:
-        """Whether the actors see a CUDA device. On the Ray this executor started on this machine, or on a
-        cluster whose GPUs are all on this driver's node (`ray job submit` to a one-machine cluster), the GPU
-        actors are this machine's processes: they do when this one does, and nobody waits for an actor to
-        start (the driver builds its model, records, times eager and profiles meanwhile). Elsewhere the first
-        actor to start says."""
-        if torch.cuda.is_available() and (self._local or self._driver_has_the_gpu()):
-            return True
-        return self._actors_have_cuda()
 
-    def _actors_have_cuda(self, timeout_s: float = 300.0) -> bool:
-        """Whether the first actor to start sees a CUDA device (True when none answers in time)."""
-        refs = [s.ready_ref for s in self.pool.alive() if s.ready_ref is not None]
-        if not refs:
-            return True
-        done, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
-        try:
-            return bool(ray.get(done[0]).get("cuda")) if done else True
-        except ray.exceptions.RayError:
-            return True
+
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
-    def _intent(context: TuneContext) -> str:
+    def intent(context: TuneContext) -> str:
+        """The device kind the actors use for context: cuda or cpu."""
         return "cuda" if torch.device(context.device).type == "cuda" else "cpu"
 
-    def _put(self, value):
+    def put(self, value):
+        """value in Ray's object store (once Ray is up)."""
         self._wait_started()   # ray.put before a local Ray is up would start a second one
         self.puts += 1
         started = time.perf_counter()
@@ -416,213 +160,78 @@ class RayExecutor(Executor):
         finally:
             self.put_s += time.perf_counter() - started
 
-    def _box(self, context: TuneContext) -> list:
+    def box(self, context: TuneContext) -> list:
         """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
         entry = self._boxes.get(context.name)
         if entry is not None and entry[0] is context.module and entry[1] is context.samples:
             return entry[2]
         samples = context.samples
-        if any(t.device.type != "cpu" for s in samples for t in _tensors(s)):
+        if any(t.device.type != "cpu" for s in samples for t in tensors_of_sample(s)):
             samples = samples.to("cpu")
-        box = [self._put(_cpu_module(context.module)), self._put(samples)]
+        box = [self.put(cpu_module(context.module)), self.put(samples)]
         self._boxes[context.name] = (context.module, context.samples, box)
         return box
 
-    def _slot(self, prefer: set | None = None, holder: str = "") -> Slot:
-        """A live slot: the one whose actor writes the log holder (the actor that built the results at hand,
-        which then need no restore), else one on a (node, gpu) in prefer, else an idle one."""
-        self.open()
-        slots = self.pool.alive()
-        slots = [s for s in slots if s.generation == 1 or s.ready()] or slots   # not a replacement still pending
-        if not slots:
-            raise BuildError("no tuner actor is left (every slot used up its max_actor_restarts)")
-        if holder:
-            for slot in slots:
-                if slot.log_path == holder:
-                    return slot
-        if prefer:
-            for slot in slots:
-                info = slot.identity()
-                if (info.get("node"), info.get("gpu")) in prefer:
-                    return slot
-        return next((s for s in slots if not s.busy), slots[0])
 
-    def _call(self, slot: Slot, method: str, args: tuple, what: str):
-        """One actor call under task_timeout_s (the task runner's); a dead or stuck actor is replaced and
-        this raises BuildError."""
-        runner = TaskRunner(self.pool)
-        was_busy, generation = slot.busy, slot.generation   # whoever holds the slot keeps it
-        try:
-            task = runner.call(slot, method, args, self.task_timeout_s, name=f"{method} {args[0]}")
-        except KeyboardInterrupt:
-            runner.cancel(f"{what} interrupted")
-            raise
-        finally:
-            if slot.generation == generation and slot.alive:
-                slot.busy = was_busy
-        if task.timed_out:
-            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
-        if task.failure is not None and task.failure.worker_lost:
-            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
-                from task.failure.cause
-        if task.failure is not None:
-            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
-        return task.out
-
-    def _emit(self, context: TuneContext, job: CandidateJob, event: str, status: str, where: dict,
-              elapsed_s: float, task: str = "build", **extra) -> None:
+    def emit_job(self, context: TuneContext, job: CandidateJob, event: str, status: str = "running",
+                 where: dict | None = None, elapsed_s: float = 0.0, task: str = "build", **extra) -> None:
+        """A progress event of one candidate job (see Executor.emit)."""
         self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
-        self.emit(context, event, task=task, job=job, status=status, where=where, elapsed_s=elapsed_s, **extra)
+        self.emit(context, event, task=task, job=job, status=status, where=where or {}, elapsed_s=elapsed_s, **extra)
 
     @staticmethod
     def driver() -> dict:
         """Where the driver's own work (profiling for a kernel plan) runs, for progress events."""
         return {"node": platform.node(), "gpu": "driver"}
 
-    def _done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+    def task_done(self, context: TuneContext, task: Task, result: BuildResult) -> None:
+        """The "done" event of a build task."""
         where = {"node": result.node, "gpu": result.gpu} if result.node else task.where
         out = task.out if isinstance(task.out, dict) else {}
         # The call's wall-clock start and end on the actor: its own time there and, against the driver's
         # clock on the same node, the time in Ray's queue before the call and in the transfer after it.
         timing = {k: round(out[k], 3) for k in ("began_at", "ended_at") if out.get(k) is not None}
-        self._emit(context, task.payload, "done", result.status, where, time.monotonic() - task.dispatched, **timing)
+        self.emit_job(context, task.payload.payload, "done", result.status, where, time.monotonic() - task.dispatched,
+                      **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
-    def _driver_times(self, context: TuneContext) -> bool:
-        """Whether this driver may time eager itself: on a machine of one GPU where it started Ray (or that
-        is the whole cluster and runs the driver, see _driver_has_the_gpu), with the
-        module and its samples already on that GPU (no second copy of the weights), for a strategy that
-        re-measures eager beside its finalists before it decides (see submit_early). Eager is then timed
-        while the tuner actor is still starting, instead of after it: its start leaves the critical path.
-        On several GPUs one actor times it, while the others build. The actors of the one GPU take turns there
-        (actors_share_gpus), so they wait for the driver's timing: it takes a timing's turn there
-        (aitune_ray.measure.turns)."""
-        if torch.device(context.device).type != "cuda" or not torch.cuda.is_available():
-            return False
-        if not self._on_one_gpu() or not self._driver_has_the_gpu():
-            return False
-        tensors = [*context.module.parameters(), *context.module.buffers(),
-                   *(t for sample in context.samples for t in _tensors(sample))]
-        return all(t.device.type == "cuda" for t in tensors)
 
-    def _driver_has_the_gpu(self) -> bool:
-        """Whether the cluster's GPUs are this driver's: a Ray started here, or a cluster whose GPUs are all
-        on the driver's node (`ray job submit` to a one-GPU machine, where the job's driver runs beside
-        the actors)."""
-        if self._local:
-            return True
-        try:
-            gpus = ray.cluster_resources().get("GPU", 0.0)
-            here = ray.get_runtime_context().get_node_id()
-            mine = next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == here and n["Alive"]),
-                        0.0)
-        except Exception as exc:   # an older or partial Ray: the actors time eager, as on a cluster
-            logger.debug("where the cluster's GPUs are is not known: %s", exc)
-            return False
-        return 0 < gpus <= mine + 1e-9
 
-    def _on_one_gpu(self, actors: int | None = None) -> bool:
-        """Whether every actor of the pool (or of a pool of that many actors) is on one and the same GPU (one
-        actor, or several sharing it)."""
-        actors = self._actors() if actors is None else actors
-        return self.gpus_per_actor > 0 and actors * self.gpus_per_actor <= 1 + 1e-9
 
-    def actors_share_gpus(self) -> bool:
-        """Whether the actors share their GPUs, with each other (gpus_per_actor below 1) or with this driver,
-        which times eager and profiles on the one GPU of a pool of whole-GPU actors (_driver_uses_the_gpu):
-        the actors then take turns there, and so do the driver's timings and profiles."""
-        return shares_gpu(self.gpus_per_actor) or self._driver_turns
 
-    def _driver_uses_the_gpu(self, size: int) -> bool:
-        """Whether a pool of size actors, on the cluster this driver joined, is on one GPU that this driver,
-        which has CUDA, uses too: a cluster whose one GPU is on the driver's node (`ray job submit` to a
-        one-GPU machine). A Ray started here: this machine has one GPU (open())."""
-        return torch.cuda.is_available() and self._on_one_gpu(size) and self._driver_has_the_gpu()
 
-    def baseline(self, context: TuneContext) -> dict[int, Timing]:
-        """Eager timed on one actor: the one submit_early() kept for it (the others build meanwhile), else
-        any; or on the driver (see submit_early)."""
-        kept = self._baseline_slots.pop(context.name, None)
-        on_driver = context.name in self._driver_baseline
-        self._driver_baseline.discard(context.name)
-        slot = None if on_driver else kept if kept is not None and kept.alive else self._slot()
-        where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"} if on_driver \
-            else slot.identity()
-        started, status = time.monotonic(), ERROR
-        self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
-                  batch_sizes=context.samples.batch_sizes())
-        try:
-            if on_driver:
-                logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
-                with turns_for(context.device, self.actors_share_gpus()).timing():
-                    timed = profile_samples(context.module, context.samples, context.device, context.measure)
-                data = {bs: t.to_dict() for bs, t in timed.items()}
-            else:
-                data = self._call(slot, "baseline", (context.name, self._box(context), self._intent(context),
-                                                     context.measure.to_dict()), f"eager baseline of {context.name}")
-            status = "ok"
-        finally:
-            if kept is not None:
-                kept.busy = False
-            self.emit(context, "done", task="baseline", status=status, where=where if on_driver else slot.identity(),
-                      elapsed_s=time.monotonic() - started)
-        return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
+
 
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         self.open()
         self._choose_layout(context, jobs)
-        return RayRunHandle(self, context, jobs)
-
-    def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
-        """Builds that may start while eager is timed. On one local GPU the driver times eager itself, with
-        the one actor kept idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray)
-        is still starting, nothing can, and nothing waits for it."""
-        handle = self.submit(context, jobs)
-        if not self._driver_times(context):
+        handle = RayRunHandle(self, context, jobs)
+        self._handles.add(handle)
+        if self._pool is not None:   # else its builds queue when iterated (a local Ray is still starting)
             handle.start()
-        elif self._pool is None or handle.start():
-            self._driver_baseline.add(context.name)
         return handle
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        # Always, as inline: numbers of one GPU taken at different times drift too. On the GPU that measured
-        # most finalists, which has them built already.
-        identities = collections.Counter((r.node, r.gpu) for r in results)
-        if not results:
-            return None
-        payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
-        best = identities.most_common(1)[0][0]
-        prefer = {best}
-        # Among the actors on that GPU (several may share it), the one that built most finalists restores fewest.
-        holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
-        holder = holders.most_common(1)[0][0] if holders else ""
-        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
-            started = time.monotonic()
-            self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
-                      finalists=[r.key for r in results])
-            try:
-                out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context),
-                                                     payload, self.remeasure_rounds, context.measure.to_dict()),
-                                 f"re-measurement of {context.name}")
-                break
-            except BuildError as exc:
-                self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
-                          elapsed_s=time.monotonic() - started)
-                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
-                # (the text, not the exception: a kept log record would keep its frames and their locals)
-                if attempt == 2 or not lost or not self.pool.alive():
-                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
-                    return None
-                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
-                prefer = None
-        self.emit(context, "done", task="remeasure", status="ok", where=slot.identity(),
-                  elapsed_s=time.monotonic() - started)
-        eager = remeasured_eager(results, out)
-        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
-                    len(out["results"]), len(identities), out["node"], out["gpu"])
-        return eager
+    def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
+        """The builds, queued in the job's schedule behind this module's eager baseline, which takes the first
+        idle actor while the others build. On one local GPU the driver times eager itself, with the one actor
+        held idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray) is still
+        starting, nothing can, and nothing waits for it."""
+        self.open()
+        self._choose_layout(context, jobs)
+        handle = RayRunHandle(self, context, jobs)
+        self._handles.add(handle)
+        on_driver = self._driver_times(context)
+        if self._pool is None and on_driver:   # Ray is still starting: eager is timed now, the builds follow
+            placeholder = Request("baseline", (), context.name, 0.0, on_driver=True, timing=True, state="placeholder")
+            placeholder.started.set()
+            self._baselines[context.name] = placeholder
+            return handle
+        request = self._baseline_request(context, on_driver)
+        self._baselines[context.name] = request
+        self.schedule.submit(request)
+        handle.start()
+        return handle
+
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
@@ -660,6 +269,12 @@ class RayExecutor(Executor):
         backend.activate()
         return backend
 
+    def stop_all(self, reason: str) -> None:
+        for handle in list(self._handles):
+            handle.stop()
+        if self._schedule is not None:
+            self._schedule.cancel_all(reason)
+
     def discard(self, context: TuneContext) -> None:
         self._boxes.pop(context.name, None)
         if self.pool is not None:
@@ -673,7 +288,3 @@ class RayExecutor(Executor):
         return ray.get([s.actor.stats.remote() for s in self.pool.alive()])
 
 
-def _tensors(sample) -> list[torch.Tensor]:
-    from aitune_ray.samples import tensors_of
-
-    return tensors_of((sample.args, sample.kwargs, sample.outputs))

@@ -4,7 +4,8 @@ Builds (ray_executor), the kernel forge's tasks (forge_tasks) and single calls (
 re-measure) all run through a TaskRunner: the caller picks a slot and starts a call; wait() returns the
 tasks that ended, each with its output, or its failure (failures.classify: the worker died, ran out of
 memory, or the call raised), or marked timed out. A task whose worker is gone, or that ran past its
-limit, has its actor replaced here (a timeout counts as a failure unless the task says otherwise).
+limit, has its actor replaced here (a timeout counts as a failure unless the task says otherwise). A task
+whose node left the cluster says so (node_lost): the job's schedule runs it again elsewhere.
 
 A task's limit counts from when its actor was up (a fresh actor's start-up is not the task's time; until
 then it has one more limit of grace), or from its dispatch (from_dispatch: generators, whose
@@ -31,6 +32,7 @@ class Task:
     payload: Any = None                  # the caller's own (a job, a forge Work)
     from_dispatch: bool = False
     failure_on_timeout: bool = True
+    keep_slot: bool = False              # the slot stays busy after the task until its owner frees it
     dispatched: float = dataclasses.field(default_factory=time.monotonic)
     started: float | None = None         # when the actor was up
     where: dict = dataclasses.field(default_factory=dict)   # the slot's identity (kept: a replaced slot forgets)
@@ -38,6 +40,7 @@ class Task:
     out: Any = None
     failure: Failure | None = None
     timed_out: bool = False
+    node_lost: bool = False              # its worker was lost with its node (not the task's own fault)
     seconds: float = 0.0
 
     @property
@@ -58,13 +61,14 @@ class TaskRunner:
         self.inflight: dict[Any, Task] = {}
 
     def start(self, slot: Slot, method: str, args: tuple, limit_s: float, *, payload: Any = None,
-              from_dispatch: bool = False, failure_on_timeout: bool = True, name: str = "") -> Task:
+              from_dispatch: bool = False, failure_on_timeout: bool = True, name: str = "",
+              keep_slot: bool = False) -> Task:
         """Call slot's actor (slot is busy until the task ends). name: the task's name in Ray's dashboard
         and state API (for example "build TorchInductorJitBackend:encoder")."""
         call = getattr(slot.actor, method)
         ref = (call.options(name=name) if name else call).remote(*args)
         slot.busy = True
-        task = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, where=slot.identity(),
+        task = slot.owner = Task(slot, ref, limit_s, payload, from_dispatch, failure_on_timeout, keep_slot, where=slot.identity(),
                     log_path=slot.log_path)
         self.inflight[ref] = task
         return task
@@ -83,8 +87,7 @@ class TaskRunner:
         ready, _ = ray.wait(refs, num_returns=1, timeout=self.poll_s() if timeout is None else timeout)
         if ready:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        ended = [self._collect(ref) for ref in ready]
-        return ended + self._expire()
+        return self.collect(ready)
 
     def call(self, slot: Slot, method: str, args: tuple, limit_s: float, name: str = "") -> Task:
         """One call, waited for (its actor is replaced when it dies or runs past limit_s)."""
@@ -102,6 +105,10 @@ class TaskRunner:
             self.pool.replace(task.slot, reason, failure=False)
         return stopped
 
+    def collect(self, refs: list) -> list[Task]:
+        """The tasks of refs (ready ones; others are ignored), then those that ran past their limit."""
+        return [self._collect(ref) for ref in refs if ref in self.inflight] + self._expire()
+
     def _collect(self, ref) -> Task:
         task = self.inflight.pop(ref)
         task.seconds = time.monotonic() - task.dispatched
@@ -111,9 +118,10 @@ class TaskRunner:
         except ray.exceptions.RayError as exc:   # the worker died, or the actor method itself raised
             task.failure = classify(exc)
         if task.failure is not None and task.failure.worker_lost:
-            self.pool.replace(task.slot, f"{describe(task)}: {task.failure.status}")
-        else:
-            task.slot.busy = False
+            task.node_lost = node_gone(task.where.get("node_id", ""), task.failure.cause)
+            self.pool.replace(task.slot, f"{describe(task)}: {task.failure.status}", failure=not task.node_lost)
+        elif not task.keep_slot:
+            self.pool.free(task.slot)
         return task
 
     def _expire(self) -> list[Task]:
@@ -126,6 +134,21 @@ class TaskRunner:
         return [t for _, t in expired]
 
 
+def node_gone(node_id: str, cause: BaseException) -> bool:
+    """Whether the worker was lost with its node: Ray says so, or the node is no longer alive."""
+    text = str(cause).lower()
+    if "node" in text and ("died" in text or "dead" in text or "removed" in text) and "its node" in text:
+        return True
+    if not node_id:
+        return False
+    try:
+        nodes = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+    except Exception:  # noqa: BLE001 - the cluster cannot be asked: treat it as the worker's own death
+        return False
+    return node_id in nodes and not nodes[node_id]
+
+
 def describe(task: Task) -> str:
     payload = task.payload
-    return str(getattr(payload, "key", None) or getattr(payload, "label", None) or "a task")
+    return str(getattr(payload, "key", None) or getattr(payload, "label", None) or getattr(payload, "name", None)
+               or "a task")

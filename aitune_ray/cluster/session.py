@@ -1,0 +1,285 @@
+"""RaySession: the Ray side of a RayExecutor's life: connect to a cluster or start Ray here (on a thread of its
+own), size and make the actor pool and the job's schedule, shut them down; and the helpers that go with it.
+
+A mixin of RayExecutor (aitune_ray.cluster.ray_executor), which holds the options it reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import time
+from pathlib import Path
+
+import ray
+import torch
+
+from aitune_ray import tempdirs
+from aitune_ray.bytecode import advice, uncached
+from aitune_ray.cluster import kinds, layout, lean_start
+from aitune_ray.cluster.layout import Layout
+from aitune_ray.cluster.pool import ActorPool
+from aitune_ray.cluster.schedule import Schedule
+from aitune_ray.cluster.starting import Background
+from aitune_ray.errors import ClusterError, ConfigError
+from aitune_ray.executor import TuneContext
+from aitune_ray.results import CandidateJob
+
+logger = logging.getLogger(__name__)
+
+
+def cpu_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The module as it travels: on the CPU (CUDA tensors do not unpickle on a worker with other GPUs)."""
+    tensors = list(module.parameters()) + list(module.buffers())
+    if all(t.device.type == "cpu" for t in tensors):
+        return module
+    return copy.deepcopy(module).to("cpu")
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ClusterError naming address when nothing listens there (ray.init would retry for minutes)."""
+    import socket
+
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}); check the "
+                           "address (--address, executor.address or RAY_ADDRESS) and that its head node is up") from exc
+
+
+def remove_work_folders(log_dir: str, own: str | None, keep_logs: bool) -> None:
+    """Remove the actors' work folders under log_dir, and log_dir itself when this executor made it and no
+    worker crashed, hung or ran out of memory (then the logs stay: the report names them)."""
+    import shutil
+
+    folder = Path(log_dir)
+    for work in folder.glob("work-actor*"):
+        shutil.rmtree(work, ignore_errors=True)
+    if own and not keep_logs:
+        shutil.rmtree(own, ignore_errors=True)
+    elif own:
+        tempdirs.keep(own)
+        logger.info("actor logs kept in %s (a worker crashed, hung or ran out of memory)", own)
+
+
+def token_auth_said() -> None:
+    """Ray turns token authentication on for a Ray that ray.init() starts here, and warns that it did, unless
+    RAY_AUTH_MODE says so explicitly. Token it is, said explicitly (RAY_AUTH_MODE=token, as Ray itself sets
+    it): the same protection, without a warning the user of this job can do nothing about. An explicit
+    RAY_AUTH_MODE is left as it is."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    try:   # Ray's own step (ray 2.60): the variable, and Ray's cached config read again
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:
+        return   # another Ray: it decides, and says so, itself
+    _enable_token_auth()
+
+
+def watch_session():
+    """A SessionReaper for the Ray just started here (None when its session folder is not known)."""
+    from aitune_ray.cluster.session_reaper import SessionReaper
+
+    try:
+        session_dir = ray._private.worker._global_node.get_session_dir_path()   # Ray's handle on its session
+    except Exception as exc:  # noqa: BLE001 - Ray's internals moved: the session ends as Ray ends it
+        logger.debug("the local Ray's session folder is not known (%s): no watcher for it", exc)
+        return None
+    return SessionReaper(session_dir)
+
+
+def stop_local_monitor() -> bool:
+    """Kill the autoscaler monitor of the Ray this process started, before ray.shutdown(). Shutdown sends
+    each of Ray's processes SIGTERM and waits up to a second for it; the monitor, which a single-node Ray
+    started here has no use for, takes that whole second. Returns whether one was killed."""
+    node = getattr(ray._private.worker, "_global_node", None)   # Ray's own handle on the processes it started
+    infos = (getattr(node, "all_processes", None) or {}).get("monitor") or []
+    killed = False
+    for info in infos:
+        process = getattr(info, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+            with contextlib.suppress(Exception):
+                process.wait(timeout=1)
+            killed = True
+    return killed
+
+
+def tensors_of_sample(sample) -> list[torch.Tensor]:
+    from aitune_ray.samples import tensors_of
+
+    return tensors_of((sample.args, sample.kwargs, sample.outputs))
+
+
+class RaySession:
+    @property
+    def schedule(self) -> Schedule:
+        """The job's one schedule over the actor pool (made with the pool, waiting for a start under way)."""
+        self.open()
+        self._wait_started()
+        if self._schedule is None:
+            raise ClusterError("the executor is closed")
+        return self._schedule
+
+    @property
+    def pool(self) -> ActorPool | None:
+        """The actor pool, once open() made it (waiting for a start still under way)."""
+        self._wait_started()
+        return self._pool
+
+    def _wait_started(self) -> None:
+        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
+        if self._starting is not None:
+            self._starting.wait()
+
+    @pool.setter
+    def pool(self, value) -> None:
+        self._pool = value
+
+    def open(self) -> None:
+        """Connect to Ray, or start it on this machine, and create the tuner actors. A Ray it starts here
+        starts on a thread of its own and open() returns at once: what needs the actors waits for them, while
+        the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
+        if self._pool is not None or self._starting is not None:
+            return
+        missing = uncached()
+        if missing:   # the actors on this machine pay it before their first build; doctor checks every node
+            logger.warning("tuner actors on this machine will start slowly: %s", advice(missing))
+        if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
+            self._start()
+            return
+        # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
+        self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
+        self._own_ray = self._local = True
+        self._starting = Background(self._start, "starting Ray on this machine")
+
+    def _start(self) -> None:
+        started = time.perf_counter()
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            if address:
+                logger.info("connecting to the Ray cluster at %s", address)
+                check_reachable(address)
+                ray.init(address=address)
+            else:
+                logger.info("starting Ray on this machine (local single-node mode)")
+                token_auth_said()
+                # No idle workers prestarted, one per CPU: on a many-core machine their start competes
+                # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
+                # server, which this job's own Ray does not serve (lean_start). address="local": a Ray of this
+                # job's own, never another one found running on this machine (which refuses num_gpus).
+                self.started_lean = lean_start.start(lambda: ray.init(
+                    address="local", include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
+                self._reaper = watch_session()
+            self._own_ray = True
+        resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
+        self._close_layout("no batch had come when Ray was up")
+        size, num_gpus = self._pool_shape(gpus, cpus)
+        if not self._local:
+            self._driver_turns = self._driver_uses_the_gpu(size)
+        log_dir = self.log_dir or str(tempdirs.make("logs"))
+        self._own_log_dir = None if self.log_dir else log_dir
+        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
+                               turns=self._driver_turns,
+                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
+                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
+                               warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
+        self._schedule = Schedule(self._pool)
+        self.open_s = time.perf_counter() - started
+        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
+                    log_dir)
+
+    def _choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
+        """With gpus_per_actor=None, on a Ray being started here: the actors per GPU for this first batch
+        (aitune_ray.cluster.layout), unless the pool was made already."""
+        with self._layout_lock:
+            if not self._layout_open:
+                return
+            self._layout_open = False
+            if not (self._local and self._local_gpus > 0 and torch.device(context.device).type == "cuda"):
+                return
+            if self.max_actors is not None and self.max_actors <= self._local_gpus:
+                self.layout = Layout(1, f"max_actors={self.max_actors}")
+            else:
+                tensors = [*context.module.parameters(), *context.module.buffers(),
+                           *(t for sample in context.samples for t in tensors_of_sample(sample))]
+                self.layout = layout.choose(job_bytes=layout.tensor_bytes(tensors), gpu_bytes=layout.local_gpu_bytes(),
+                                            gpus=self._local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
+            self.gpus_per_actor = self.layout.gpus_per_actor
+            logger.info("%d tuner actor(s) per GPU: %s", self.layout.actors_per_gpu, self.layout.reason)
+
+    def _close_layout(self, why: str) -> None:
+        """The pool is being made: the layout is what it is now."""
+        with self._layout_lock:
+            if self._layout_open and self._local and self._local_gpus > 0:
+                self.layout = Layout(1, why)
+                logger.info("one tuner actor per GPU: %s", why)
+            self._layout_open = False
+
+    def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
+        """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
+        if gpus > 0 and self.gpus_per_actor > 0:
+            num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
+            size = min(size, self.max_actors or size)
+        else:
+            num_gpus, size = 0, self.max_actors or 1
+            if not quiet:
+                logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
+        if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
+            fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
+            logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
+                           self.cpus_per_actor, cpus, fit)
+            size = fit
+        if size < 1:
+            raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
+        return size, num_gpus
+
+    def _actors(self) -> int:
+        """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
+        if self._pool is None and self._local and self._starting is not None and not self._starting.done():
+            return self._pool_shape(self._local_gpus, None, quiet=True)[0]
+        return len(self.pool.slots) if self.pool is not None else 0
+
+    def close(self) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None:   # a start still under way is waited for, then undone
+            with contextlib.suppress(ClusterError):
+                starting.wait()
+        try:
+            self._stop()
+        finally:
+            if starting is not None:   # after the shutdown: Ray's processes go with the thread that started them
+                starting.release()
+
+    def _stop(self) -> None:
+        if self._schedule is not None:
+            self._failed = self._failed or self._schedule.lost > 0   # a lost node's logs are kept
+            self._schedule.close()
+            self._schedule = None
+        if self._pool is not None:
+            self._pool.shutdown()
+            remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
+            self._pool = None
+        self._boxes.clear()
+        self._baselines.clear()
+        if self._own_ray and ray.is_initialized():
+            started = time.perf_counter()
+            if self._local:
+                try:
+                    stop_local_monitor()
+                except Exception as exc:  # Ray's internals moved: shutdown then waits its second for it
+                    logger.debug("the local Ray's monitor was not stopped first: %s", exc)
+            ray.shutdown()
+            self.shutdown_s = time.perf_counter() - started
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
+        self._own_ray = self._local = self._driver_turns = False

@@ -1,0 +1,135 @@
+"""TimingCalls: a RayExecutor's timing sessions in the job's schedule: a module's eager baseline (on an actor,
+or on the driver with the one actor held idle) and its finalists' re-measure beside eager on one actor. Each
+is a timing Request, which the schedule runs before any build and alone on its actor. A mixin of RayExecutor
+(aitune_ray.cluster.ray_executor).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import platform
+import time
+
+from aitune_ray.cluster.schedule import Request
+from aitune_ray.device import gpu_identity
+from aitune_ray.errors import BuildError
+from aitune_ray.executor import TuneContext
+from aitune_ray.failures import classify, short
+from aitune_ray.measure.timing import Timing, profile_samples
+from aitune_ray.measure.turns import turns_for
+from aitune_ray.results import ERROR, BuildResult
+from aitune_ray.worker import finalist, remeasured_eager
+
+logger = logging.getLogger(__name__)
+
+
+def remeasure_rank(results: list[BuildResult]):
+    """A slot's rank for re-measuring results (lower first): the actor that built most of them on the GPU that
+    measured most (it restores fewest), then the other actors on that GPU, then any."""
+    best = collections.Counter((r.node, r.gpu) for r in results).most_common(1)[0][0]
+    holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
+    holder = holders.most_common(1)[0][0] if holders else ""
+
+    def rank(slot) -> int:
+        info = slot.identity()
+        return 0 if holder and slot.log_path == holder else 1 if (info.get("node"), info.get("gpu")) == best else 2
+
+    return rank
+
+
+class TimingCalls:
+    def _run(self, request: Request, what: str):
+        """One call through the job's schedule, under task_timeout_s; a dead or stuck actor is replaced and
+        this raises BuildError."""
+        task = self.schedule.wait(request).task
+        if task is None:
+            raise BuildError(f"{what} did not run: {request.unrun or 'it was cancelled'}")
+        if task.timed_out:
+            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
+        if task.failure is not None and task.failure.worker_lost:
+            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
+                from task.failure.cause
+        if task.failure is not None:
+            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
+        return task.out
+
+    def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
+        return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),
+                       context.name, self.task_timeout_s, name=f"baseline {context.name}", timing=True,
+                       on_cpu=self.intent(context) == "cpu", on_driver=on_driver)
+
+    def baseline(self, context: TuneContext) -> dict[int, Timing]:
+        """Eager timed on one actor: the request submit_early() queued ahead of the module's builds, else a new
+        one; or on the driver, with one actor held idle meanwhile (see submit_early)."""
+        request = self._baselines.pop(context.name, None) or self._baseline_request(context)
+        if request.state == "new":
+            self.schedule.submit(request)
+        started, status, where = time.monotonic(), ERROR, {}
+        try:
+            if request.on_driver:
+                while not request.started.wait(5.0):   # the one actor is idle: nothing else runs on the GPU
+                    pass
+                where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"}
+                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
+                          batch_sizes=context.samples.batch_sizes())
+                logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
+                with turns_for(context.device, self.actors_share_gpus()).timing():
+                    timed = profile_samples(context.module, context.samples, context.device, context.measure)
+                data = {bs: t.to_dict() for bs, t in timed.items()}
+            else:
+                while not request.started.wait(5.0):
+                    pass
+                where = request.slot.identity() if request.slot is not None else {}
+                self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
+                          batch_sizes=context.samples.batch_sizes())
+                data = self._run(request, f"eager baseline of {context.name}")
+            status = "ok"
+        finally:
+            if request.on_driver:
+                self.schedule.release(request)
+            elif request.state != "ended":
+                self.schedule.cancel([request], "the baseline was abandoned")
+            self.emit(context, "done", task="baseline", status=status, where=where,
+                      elapsed_s=time.monotonic() - started)
+        return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
+
+    def remeasure(self, context: TuneContext, results: list[BuildResult],
+                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
+        # Always, as inline: numbers of one GPU taken at different times drift too. On the actor that built most
+        # finalists (which restores fewest), else one on the GPU that measured most, else any idle one.
+        if not results:
+            return None
+        self.schedule.hand_on(context.name)   # the actors of this module's results it has taken
+        identities = collections.Counter((r.node, r.gpu) for r in results)
+        payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
+        rank = remeasure_rank(results)
+
+        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
+            request = Request("remeasure", (context.name, self.box(context), self.intent(context), payload,
+                                            self.remeasure_rounds, context.measure.to_dict()), context.name,
+                              self.task_timeout_s, name=f"remeasure {context.name}", timing=True,
+                              on_cpu=self.intent(context) == "cpu", rank=rank if attempt == 1 else None)
+            self.schedule.submit(request)
+            while not request.started.wait(5.0):
+                pass
+            where = request.slot.identity() if request.slot is not None else {}
+            started = time.monotonic()
+            self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
+            try:
+                out = self._run(request, f"re-measurement of {context.name}")
+                break
+            except BuildError as exc:
+                self.emit(context, "done", task="remeasure", status=ERROR, where=where,
+                          elapsed_s=time.monotonic() - started)
+                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
+                # (the text, not the exception: a kept log record would keep its frames and their locals)
+                if attempt == 2 or not lost or not self.pool.alive():
+                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
+                    return None
+                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
+        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
+        eager = remeasured_eager(results, out)
+        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
+                    len(out["results"]), len(identities), out["node"], out["gpu"])
+        return eager

@@ -1,0 +1,199 @@
+"""The job-level schedule: every module's work at once over one actor pool (fake GPUs, builds that wait on
+events), and what the schedule's costs estimate."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+import aitune_ray as ait  # noqa: E402
+from aitune_ray.cluster import RayExecutor  # noqa: E402
+from aitune_ray.cluster.costs import Costs  # noqa: E402
+from aitune_ray.module import ModuleState  # noqa: E402
+from aitune_ray.results import ERROR  # noqa: E402
+from aitune_ray.tuning import tune_modules  # noqa: E402
+from tests.ray_helpers import FastBackend, HelperConfig, RaisingBackend, SlowNet  # noqa: E402
+from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
+from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402
+
+
+def recorded(name: str, strategy) -> ait.Module:
+    module = ait.Module(SlowNet(), name=name, strategy=strategy)
+    with torch.no_grad():
+        for bs in (1, 4):
+            module(torch.randn(bs, 8))
+    return module
+
+
+def max_throughput(backends):
+    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE)
+
+
+def ray_init(**kwargs):
+    """A Ray of this test's own (address="local": never another one found running on this machine)."""
+    ray.init(address="local", include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": WORKER_PATH}}, **kwargs)
+
+
+@pytest.fixture
+def fake_gpus(request):
+    ray_init(num_cpus=2, num_gpus=request.param)
+    try:
+        yield request.param
+    finally:
+        ray.shutdown()
+
+
+def tune_in_background(modules, executor) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(tune_modules(modules, executor=executor)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("fake_gpus", [9], indirect=True)
+def test_a_pipeline_of_three_modules_starts_every_module_s_builds_before_any_decision(fake_gpus):
+    """3 modules x 3 candidates on 9 GPUs: all nine builds are under way at once (each waits at the turnstile
+    until all nine have arrived), so no module decides before every module's builds have started."""
+    turnstile = start_turnstile("pipeline")
+    events: list[dict] = []
+    executor = RayExecutor(task_timeout_s=300, remeasure_rounds=3, cpus_per_actor=0, warm_up="off",
+                           progress=events.append)
+    names = ["text_encoder", "denoiser", "vae"]
+    modules = [recorded(name, max_throughput([gated("pipeline", 10 * i + j) for j in range(3)]))
+               for i, name in enumerate(names)]
+    try:
+        thread, out = tune_in_background(modules, executor)
+        arrivals = ray.get(turnstile.wait_count.remote(9), timeout=600)
+        assert sorted(tag for tag, _ in arrivals) == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+        assert not [e for e in events if e["task"] == "remeasure"]    # no module has begun to decide
+        ray.get(turnstile.release.remote())
+        thread.join(600)
+        (report,) = out
+    finally:
+        executor.close()
+    assert not report.failures
+    assert [m.module for m in report.modules] == names
+    for module in modules:
+        assert module.state == ModuleState.TUNED and module.report.chosen is not None, module.report.decision
+    started = [i for i, e in enumerate(events) if e["task"] == "build" and e["event"] == "building"]
+    decided = [i for i, e in enumerate(events) if e["task"] == "remeasure"]
+    assert len(started) == 9 and max(started) < min(decided)
+    assert {e["module"] for e in events if e["task"] == "build"} == set(names)
+
+
+@pytest.mark.parametrize("fake_gpus", [4], indirect=True)
+def test_a_module_whose_builds_all_fail_leaves_the_other_modules_decisions_intact(fake_gpus):
+    """One module's only build fails (and its strategy raises it) while the others' builds are held under
+    way: those go on, and both other modules decide."""
+    turnstile = start_turnstile("isolation")
+
+    def progress(event):   # the others' builds go on only once the failing module's build has failed
+        if event["module"] == "broken" and event["event"] == "done" and event["task"] == "build":
+            turnstile.release.remote()
+
+    executor = RayExecutor(task_timeout_s=300, remeasure_rounds=3, cpus_per_actor=0, warm_up="off",
+                           progress=progress)
+    broken = recorded("broken", ait.OneBackendStrategy(RaisingBackend(), measure_config=MEASURE))
+    others = [recorded(name, max_throughput([gated("isolation", i)])) for i, name in enumerate(["head", "tail"])]
+    try:
+        thread, out = tune_in_background([broken, *others], executor)
+        assert len(ray.get(turnstile.wait_count.remote(2), timeout=600)) == 2   # both held under way
+        thread.join(600)
+        (report,) = out
+    finally:
+        executor.close()
+    assert broken.state == ModuleState.EAGER
+    assert "always fails to build" in report.failures["broken"]
+    (failed,) = broken.report.results
+    assert failed.status == ERROR
+    for module in others:
+        assert module.state == ModuleState.TUNED, module.report.decision
+        (result,) = module.report.results
+        assert result.ok and module.report.chosen == result.key
+    assert set(report.failures) == {"broken"}
+
+
+def test_costs_start_as_hints_and_turn_into_this_job_s_seconds():
+    costly = FastBackend(HelperConfig(tag=1)).spec()
+    costs = Costs()
+    assert costs.estimate("a", costly) == 1.0                    # FastBackend's build_cost hint
+    costs.measured("a", costly, 8.0)
+    assert costs.estimate("a", costly) == pytest.approx(8.0)     # this module's own seconds per hint unit
+    assert costs.estimate("b", costly) == pytest.approx(8.0)     # the class's measured seconds elsewhere
+    other = {"type": "tests.ray_helpers:RaisingBackend", "config": {}}
+    costs.measured("b", other, 2.0)
+    assert costs.estimate("b", costly) == pytest.approx(2.0)     # b builds 2 s per hint unit
+    assert costs.estimate("c", {"type": "no.such:Backend", "config": {}}) == pytest.approx(5.0)   # the job's mean
+
+
+def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_module_in_its_own_order():
+    from aitune_ray.cluster.schedule import Request, in_order
+
+    def build(module: str, group: int, cost: float, seq: int) -> Request:
+        return Request("run", (), module, 1.0, name=f"{module}:{cost:g}", cost=cost, group=group, seq=seq)
+
+    waiting = [build("a", 1, 6.0, 1), build("a", 1, 3.0, 2), build("a", 1, 1.5, 3),
+               build("b", 2, 1.0, 4), build("b", 2, 9.0, 5),      # FirstWins order: its cheap first choice first
+               Request("remeasure", (), "c", 1.0, name="c:remeasure", timing=True, seq=6),
+               build("d", 4, 4.0, 7)]
+    order = []
+    while waiting:   # one actor frees up at a time: the first in order takes it
+        first = in_order(waiting)[0]
+        order.append(first.name)
+        waiting.remove(first)
+    assert order == ["c:remeasure", "a:6", "d:4", "a:3", "a:1.5", "b:1", "b:9"]
+
+
+@pytest.mark.parametrize("fake_gpus", [3], indirect=True)
+def test_ctrl_c_while_modules_are_tuned_at_once_cancels_every_module_s_work(fake_gpus):
+    """Three modules at once: b's build waits until a's and c's (which hang) are under way; Ctrl-C (raised by the
+    progress callback) as b's build ends stops all three, kills both hung builds, and leaves every module eager."""
+    from tests.ray_helpers import HangingBackend
+
+    turnstile = start_turnstile("ctrl-c")
+    started: set[str] = set()
+
+    def progress(event):
+        if event["event"] == "building" and event["module"] in ("a", "c"):
+            started.add(event["module"])
+            if started == {"a", "c"}:
+                turnstile.release.remote()
+        if event["module"] == "b" and event["event"] == "done" and event["task"] == "build":
+            raise KeyboardInterrupt
+
+    executor = RayExecutor(task_timeout_s=300, remeasure_rounds=3, cpus_per_actor=0, warm_up="off",
+                           progress=progress)
+    modules = [recorded("a", max_throughput([HangingBackend(HelperConfig(build_s=300))])),
+               recorded("b", max_throughput([gated("ctrl-c", 1)])),
+               recorded("c", max_throughput([HangingBackend(HelperConfig(build_s=300, tag=1))]))]
+    try:
+        executor.open()
+        generations = sum(s.generation for s in executor.pool.slots)
+        with pytest.raises(KeyboardInterrupt):
+            tune_modules(modules, executor=executor)
+        assert all(m.state == ModuleState.EAGER for m in modules)
+        assert sum(s.generation for s in executor.pool.slots) == generations + 2   # both hung builds killed
+    finally:
+        executor.close()
+
+
+def test_a_device_that_runs_a_timing_session_takes_no_second_one():
+    """On GPUs each actor's GPU is its own device; a module tuned for the CPU times on its node's CPUs, which
+    every actor of that node shares."""
+    from aitune_ray.cluster.pool import Slot
+    from aitune_ray.cluster.schedule import Request, Schedule, device_of
+
+    slots = [Slot(i, actor=object(), generation=1, info={"node_id": "n1", "gpu_ids": [str(i)]}) for i in range(2)]
+    schedule = Schedule.__new__(Schedule)   # its choice of a slot alone: no Ray, no loop
+    for on_cpu, expected in ((False, slots[1]), (True, None)):
+        running = Request("baseline", (), "a", 1.0, timing=True, on_cpu=on_cpu)
+        schedule._timing_on = {device_of(slots[0], running): running}
+        other = Request("remeasure", (), "b", 1.0, timing=True, on_cpu=on_cpu)
+        assert schedule._pick(other, list(slots)) is expected
+        build = Request("run", (), "b", 1.0)
+        assert schedule._pick(build, list(slots)) is slots[0]   # builds are not timing sessions
