@@ -253,7 +253,7 @@ def _run_job(job, job_path: Path, recorder, folder=None) -> int:
             f"{', '.join(b.describe() for b in strategy.backends)} ({job.executor.type} executor)")
 
         report = ait.tune(root, on_device(job.make_data(), local), device=device, executor=executor,
-                          run_dir=folder)
+                          run_dir=folder, call_as_given=True)
         tuned_s = time.perf_counter() - started
         say()
         say(report.markdown())

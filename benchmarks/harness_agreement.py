@@ -195,7 +195,7 @@ def main() -> int:
     executor = KeepingExecutor(remeasure_rounds=args.rounds)
     started = time.perf_counter()
     func = (lambda **kw: module(**kw)) if isinstance(items[0], dict) else module
-    report = ait.tune(func, items, device=device, executor=executor).modules[0]
+    report = ait.tune(func, items, device=device, executor=executor, call_as_given=True).modules[0]
     tune_s = time.perf_counter() - started
 
     fns = {"eager": eager, "deployed": module}

@@ -69,7 +69,7 @@ def main() -> int:
     strategy = ait.MaxThroughputStrategy([BACKENDS[args.backend]()],
                                          measure_config=MeasureConfig(max_seconds=1.0))
     module = ait.Module(model, name=args.model, strategy=strategy)
-    report = ait.tune(module, items, device=device, executor=InlineExecutor()).modules[0]
+    report = ait.tune(module, items, device=device, executor=InlineExecutor(), call_as_given=True).modules[0]
     by_bs = {}
     for item in items:
         by_bs.setdefault(batch_of(item), item)

@@ -25,9 +25,11 @@ strategy = ait.MaxThroughputStrategy([
 ])
 model = ait.Module(model, "mlp", strategy=strategy)
 
-# 2. Tune on real inputs: every call is recorded, then each backend is built, checked and profiled.
-dataset = [torch.randn(bs, 128, device=device) for bs in (1, 8, 32)]
-report = ait.tune(model, dataset, device=device, executor=ait.InlineExecutor())
+# 2. Tune on real inputs, as in AITune: each dataset item is one sample, batched at each of batch_sizes.
+#    Every call is recorded, then each backend is built, checked and profiled.
+dataset = [torch.randn(128, device=device) for _ in range(32)]
+report = ait.tune(model, dataset, batch_sizes=[1, 8, 32], max_num_batches_per_batch_size=1, device=device,
+                  executor=ait.InlineExecutor())
 print(report.markdown())
 
 # 3. Save the tuned module, then load it into a freshly built model.
@@ -37,5 +39,5 @@ fresh = ait.Module(torch.nn.Sequential(
 ).eval().to(device), "mlp")
 fresh = ait.load(fresh, "mlp.ait")
 
-x = dataset[1]
+x = torch.randn(8, 128, device=device)   # a batch size that was recorded
 print("max abs difference after load:", (fresh(x) - model(x)).abs().max().item())

@@ -7,6 +7,8 @@ records per function: the distinct samples, each with how many calls had it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Any, NamedTuple
 
@@ -40,6 +42,32 @@ def sample_key(obj: Any) -> Any:
     except TypeError:
         return ("repr", type(obj).__name__, repr(obj))
     return ("V", type(obj).__name__, obj)
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(func: Any) -> dict[str, Any]:
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):   # a builtin without a signature: torch passes only what the caller gave
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def as_called(func: Any, kwargs: dict) -> dict:
+    """kwargs without the keywords at their default value. A Python-level functional (F.relu) hands the
+    torch function machinery every keyword, defaults included (inplace=False); a kernel provider is
+    called as AITune calls it, with what the caller wrote, so one written as provider(x) works."""
+    if not kwargs:
+        return kwargs
+    try:
+        defaults = _defaults(func)
+    except TypeError:   # an unhashable callable
+        return kwargs
+    return {k: v for k, v in kwargs.items()
+            if not (k in defaults and isinstance(v, _PLAIN) and type(v) is type(defaults[k]) and v == defaults[k])}
 
 
 def keep_sample(args: tuple, kwargs: dict) -> FunctionSample:
