@@ -629,3 +629,16 @@ def test_kernel_selector_config_keywords_defaults_and_checks_are_aitunes():
             KernelSelectorBackendConfig(**{field: 150.0})
     with pytest.raises(ConfigError, match="generation_timeout"):
         KernelSelectorBackendConfig(generation_timeout=-1)
+
+
+def test_an_aitune_checkpoint_is_refused_saying_how_to_tune_again(tmp_path):
+    import zipfile
+
+    from aitune_ray.errors import CheckpointError
+
+    path = tmp_path / "tuned.ait"   # AITune's layout: the folder zipped, its state pickled by torch.save
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("tuned/state_dict.pt", b"\x80\x04pickled")
+        zf.writestr("tuned/sha256sums.txt", "0  state_dict.pt\n")
+    with pytest.raises(CheckpointError, match="AITune checkpoint.*pickled.*never loaded.*aitune_ray.tune"):
+        ait.load(ait.Module(nn.Linear(2, 2)), path)

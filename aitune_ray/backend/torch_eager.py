@@ -20,8 +20,8 @@ class TorchEagerBackendConfig(BackendConfig):
     """autocast_enabled: run under torch.autocast, with autocast_dtype ("float16", "bfloat16" or a torch
     dtype; None: torch.autocast's default for the device); see backend.autocast."""
 
-    autocast_enabled: bool = False
-    autocast_dtype: str | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
 
     def __post_init__(self) -> None:
         check_autocast(self)

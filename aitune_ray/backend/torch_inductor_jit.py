@@ -28,8 +28,8 @@ class TorchInductorJitBackendConfig(BackendConfig):
     fullgraph: bool = False
     dynamic: bool | None = None
     options: dict | None = None
-    autocast_enabled: bool = False
-    autocast_dtype: str | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
 
     def __post_init__(self):
         check_autocast(self)

@@ -47,8 +47,8 @@ class TorchTensorRTJitBackendConfig(BackendConfig):
     compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
     fullgraph: bool = False
     dynamic: bool | None = None
-    autocast_enabled: bool = False
-    autocast_dtype: str | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
 
     def __post_init__(self) -> None:
         self.compile_config = nested_compile_config(self.compile_config)

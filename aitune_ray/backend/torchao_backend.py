@@ -42,13 +42,13 @@ class TorchAOBackendConfig(BackendConfig):
     every layer torchao takes). AITune's filter_fn, a function, cannot travel to a worker or into a
     checkpoint: it is refused, naming filter_fqns."""
 
-    quantization: str | None = "fp8wo"
+    quantization: str | None = "fp8wo"   # int8wo, int8dq, fp8wo (AITune's default: a CUDA GPU of 8.9+), fp8dq, mxfp8dq, nvfp4dq
     quantization_config: Any = None
     compile: bool = True
     mode: str | None = "max-autotune"
     fullgraph: bool = False
     dynamic: bool | None = None
-    filter_fqns: list | None = None
+    filter_fqns: list | None = None   # quantize only the modules of these names (model.named_modules()); null: all
     filter_fn: dataclasses.InitVar[Any] = None   # AITune's; refused below, never stored
 
     def __post_init__(self, filter_fn: Any = None):

@@ -28,8 +28,8 @@ class TuneStrategy(ABC):
     backends: the candidates (None: AITune's default list for this strategy and workflow, "aot" or "jit";
         for_aot()/for_jit() name the workflow).
     min_speedup_ratio: a backend must run the recorded mix at least (1 + this) times faster than eager,
-        read on the lower bound of the confidence interval of its speedup (see performance_validation);
-        default 0.01. min_speedup_threshold_percent: the same in percent (AITune's name); give one of them.
+        read on the lower bound of the confidence interval of its speedup (see performance_validation).
+    min_speedup_threshold_percent: AITune's name for it, in percent (1.0 is 0.01, the default); give one.
     noise_tolerance: and at no recorded batch size may that interval lie below 1 - this.
     deploy_check_rounds: paired rounds of the post-deploy check (the wrapped Module, as deployed, against
         eager; see tune_strategy.deploy). 0 turns the check off.
