@@ -62,6 +62,9 @@ class Module(nn.Module):
     def _get_name(self) -> str:
         return "Module"
 
+    def __reduce_ex__(self, protocol):   # pickle checks __class__, which names the wrapped class
+        return _blank_module, (), self.__getstate__()
+
     def __getitem__(self, key: Any) -> Any:
         return self.module[key]
 
@@ -183,6 +186,10 @@ def _one_strategy(strategy, strategies):
         raise ConfigError("strategies= takes a list of one strategy here (a module is tuned as one graph, on "
                           "every recorded shape): pass strategy=... instead")
     return strategies[0]
+
+
+def _blank_module() -> Module:
+    return Module.__new__(Module)
 
 
 PREFIX = "module."

@@ -4,8 +4,10 @@ a few of AITune's own kernel-forge tests written again here. docs/aitune.md is t
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
+import pickle
 
 import pytest
 import torch
@@ -427,6 +429,8 @@ def test_module_stands_in_for_the_wrapped_module():
     assert list(wrapped.state_dict()) == list(linear.state_dict()) == ["weight", "bias"]
     seq = ait.Module(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
     assert isinstance(seq[1], nn.ReLU)
+    for copied in (copy.deepcopy(wrapped), pickle.loads(pickle.dumps(wrapped))):
+        assert type(copied) is ait.Module and copied.name == "lin" and list(copied.state_dict()) == ["weight", "bias"]
     plain = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
     model = nn.Sequential(ait.Module(nn.Linear(4, 3)), nn.Linear(3, 2))
     assert list(model.state_dict()) == list(plain.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
