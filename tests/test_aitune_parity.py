@@ -646,3 +646,17 @@ def test_an_aitune_checkpoint_is_refused_saying_how_to_tune_again(tmp_path):
         zf.writestr("tuned/sha256sums.txt", "0  state_dict.pt\n")
     with pytest.raises(CheckpointError, match="AITune checkpoint.*pickled.*never loaded.*aitune_ray.tune"):
         ait.load(ait.Module(nn.Linear(2, 2)), path)
+
+
+def test_a_provider_written_as_x_only_passes_the_forges_check_on_recorded_relu_calls():
+    from aitune_ray.kernel_forge import ModuleFunctionKernelProfiler, benchmark_provider
+    from aitune_ray.kernel_forge.records import OK
+
+    profiler = ModuleFunctionKernelProfiler(["relu"])   # F.relu(x) is recorded with inplace=False
+    _frame, data = profiler.profile(_Relu(), [((torch.randn(4, 8),), {})])
+    assert all(sample.kwargs == {"inplace": False} for _count, sample in data["relu"])
+    record = benchmark_provider("relu", CountingRelu(), data["relu"],
+                                measure_config=timing.MeasureConfig(warmup_runs=1, min_runs=3, max_runs=5))
+    assert record.status == OK, record.error
+    with pytest.raises(TypeError, match="inplace"):   # a keyword away from its default still reaches it
+        _ready(CountingRelu())(torch.randn(2), inplace=True)

@@ -56,18 +56,21 @@ def _defaults(func: Any) -> dict[str, Any]:
     return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
-def as_called(func: Any, kwargs: dict) -> dict:
-    """kwargs without the keywords at their default value. A Python-level functional (F.relu) hands the
-    torch function machinery every keyword, defaults included (inplace=False); a kernel provider is
-    called as AITune calls it, with what the caller wrote, so one written as provider(x) works."""
-    if not kwargs:
+def fit_keywords(func: Any, kwargs: dict, accepted: frozenset | None) -> dict:
+    """kwargs for a replacement of func that takes the keyword names in accepted (None: any keyword).
+    A Python-level functional (F.relu) hands the torch function machinery every keyword, defaults included
+    (inplace=False): one the replacement cannot take is left out when it is at func's default, so that a
+    kernel provider written as AITune's are, _infer(self, x), is called as the caller wrote F.relu(x).
+    A keyword away from its default is passed on, and a replacement that cannot take it fails there."""
+    if accepted is None or not kwargs or all(k in accepted for k in kwargs):
         return kwargs
     try:
         defaults = _defaults(func)
     except TypeError:   # an unhashable callable
         return kwargs
     return {k: v for k, v in kwargs.items()
-            if not (k in defaults and isinstance(v, _PLAIN) and type(v) is type(defaults[k]) and v == defaults[k])}
+            if k in accepted or not (k in defaults and isinstance(v, _PLAIN) and type(v) is type(defaults[k])
+                                     and v == defaults[k])}
 
 
 def keep_sample(args: tuple, kwargs: dict) -> FunctionSample:

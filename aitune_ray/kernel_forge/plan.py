@@ -23,7 +23,6 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from aitune_ray.errors import ConfigError
-from aitune_ray.kernel_forge.function_samples import as_called
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ class ReplacementMode(TorchFunctionMode):
         replacement = self.replacements.get(func)
         if replacement is None:
             return func(*args, **(kwargs or {}))
-        return replacement(*args, **as_called(func, kwargs or {}))
+        return replacement(*args, **(kwargs or {}))
 
 
 class PlannedModule(nn.Module):

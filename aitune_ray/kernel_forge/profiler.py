@@ -35,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aitune_ray.measure.conditions import mark_cupti_attached
-from aitune_ray.kernel_forge.function_samples import FunctionData, as_called, keep_sample, sample_key, tensor_bytes
+from aitune_ray.kernel_forge.function_samples import FunctionData, keep_sample, sample_key, tensor_bytes
 from aitune_ray.samples import tensors_of
 
 if TYPE_CHECKING:
@@ -151,11 +151,10 @@ class _Recorder(TorchFunctionMode):
         call_id = next(self.p._ids)
         self.p._calls[call_id] = (stack[-1], name)
         if self.p._collects(name):
-            given = as_called(func, kwargs)
-            key = sample_key((args, given))
+            key = sample_key((args, kwargs))
             seen = self.p._samples[name]
             if key not in seen:
-                seen[key] = [0, keep_sample(args, given)]
+                seen[key] = [0, keep_sample(args, kwargs)]
             seen[key][0] += 1
         with record_function(f"{RANGE_PREFIX}{call_id}"):
             return func(*args, **kwargs)
