@@ -92,7 +92,7 @@ class DataLoaderFactory:
         dataset = self.dataset
         if len(dataset) < batch_size:   # too few samples for one batch: cycle them to fill it
             dataset = [dataset[i % len(dataset)] for i in range(batch_size)]
-        collate_fn = self.collate_fn or (lambda items: _Batch(*collate(items)))
+        collate_fn = self.collate_fn or _default_collate
         return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn,
                                            drop_last=True, num_workers=self.num_workers)
 
@@ -102,6 +102,10 @@ class _Batch(tuple):
 
     def __new__(cls, args: list, kwargs: dict):
         return super().__new__(cls, (args, kwargs))
+
+
+def _default_collate(items: list) -> _Batch:
+    return _Batch(*collate(items))
 
 
 def _split(batch: Any) -> tuple[list, dict]:

@@ -110,14 +110,14 @@ def find_max_batch_size(module, device: torch.device, limit: int | None = None) 
     return found
 
 
-def find_max_batch_sizes(modules: list, device) -> None:
-    """Run the search for every module whose strategy turned it on. device None: the modules are tuned on
-    a device this process does not have (a Ray cluster elsewhere), where the search cannot run."""
+def find_max_batch_sizes(modules: list, device, local: bool = True) -> None:
+    """Run the search for every module whose strategy turned it on. local False: the modules are tuned on
+    a device this process may not have (a Ray cluster elsewhere), where the search cannot run."""
     for module in modules:
         strategy = module.strategy
         if strategy is None or not getattr(strategy, "find_max_batch_size_enabled", False):
             continue
-        if device is None and not torch.cuda.is_available():
+        if not local:
             logger.warning("%s: find_max_batch_size runs on the device the module is tuned for, which this "
                            "process does not have: skipped", module.name)
             continue

@@ -121,6 +121,10 @@ class Module(nn.Module):
 
                 _dry_run([self], device)
                 return None
+            from aitune_ray.max_batch import find_max_batch_sizes
+            from aitune_ray.tuning import _devices_are_local
+
+            find_max_batch_sizes([self], device, local=_devices_are_local(executor))
             report = tune_modules([self], device=device, executor=executor, raise_errors=True)
         finally:
             self.strategy = own

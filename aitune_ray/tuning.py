@@ -283,7 +283,8 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
     _check_tune_arguments(batch_sizes, max_num_batches_per_batch_size, call_as_given)
     if clear_cache:
         logger.info("clear_cache: nothing to clear, no build is cached between runs")
-    if _devices_are_local(executor):
+    local = _devices_are_local(executor)
+    if local:
         resolve_device(device)  # fail before recording when this machine lacks the device
     calls = (_calls_as_given(func, dataset) if call_as_given
              else _calls_batched(func, dataset, batch_sizes, max_num_batches_per_batch_size))
@@ -292,7 +293,7 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
             return _dry_run(_record(func, calls), device)
         with _opened(executor) as executor:   # a Ray executor's actors start up while this process records
             modules = _record(func, calls)
-            find_max_batch_sizes(modules, device if _devices_are_local(executor) else None)
+            find_max_batch_sizes(modules, device, local=local)
             report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir,
                                   raise_errors=not ignore_failing_modules)
     logger.info("tuning finished\n%s", report.markdown())

@@ -343,27 +343,26 @@ class RunsOutOfMemory(nn.Module):
         super().__init__()
         self.most = most
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask):
         if x.shape[0] > self.most:
             raise MemoryError("out of memory")
         return x * 2
 
 
 def test_tune_finds_the_max_batch_size_and_records_it_when_the_strategy_asks():
-    strategy = ait.OneBackendStrategy(helper(FastBackend, "m")).enable_find_max_batch_size(limit=64)
-    module = ait.Module(RunsOutOfMemory(most=37), name="oom", strategy=strategy)
     from aitune_ray.max_batch import find_max_batch_sizes
 
-    with torch.no_grad():
-        module(torch.randn(2, 3), mask=torch.ones(2, 5))
-    find_max_batch_sizes([module], "cpu")
-    assert module.samples.batch_sizes() == [2, 37]
+    strategy = ait.OneBackendStrategy(helper(FastBackend, "m"), measure_config=FAST_MEASURE)
+    module = ait.Module(RunsOutOfMemory(most=37), name="oom", strategy=strategy.enable_find_max_batch_size(limit=64))
+    report = ait.tune(module, [{"x": torch.randn(3), "mask": torch.ones(5)} for _ in range(2)], batch_sizes=[2],
+                      device="cpu", executor=InlineExecutor())
+    assert module.samples.batch_sizes() == [2, 37] and report.modules[0].call_mix == {2: 1, 37: 1}
     grown = module.samples.first_of_batch_size(37)
-    assert grown.args[0].shape == (37, 3) and grown.kwargs["mask"].shape == (37, 5)
-    assert torch.equal(grown.outputs, grown.args[0] * 2)
+    assert grown.kwargs["x"].shape == (37, 3) and grown.kwargs["mask"].shape == (37, 5)
+    assert torch.equal(grown.outputs, grown.kwargs["x"] * 2)
     capped = ait.Module(RunsOutOfMemory(most=1000), name="capped",
                         strategy=ait.OneBackendStrategy(helper(FastBackend, "c")).enable_find_max_batch_size())
-    capped(torch.randn(2, 3))
+    capped(torch.randn(2, 3), torch.ones(2, 5))
     find_max_batch_sizes([capped], "cpu")
     from aitune_ray.max_batch import CPU_LIMIT
 
