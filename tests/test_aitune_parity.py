@@ -659,3 +659,64 @@ def test_a_provider_written_as_x_only_passes_the_forges_check_on_recorded_relu_c
     assert record.status == OK, record.error
     with pytest.raises(TypeError, match="inplace"):   # a keyword away from its default still reaches it
         _ready(CountingRelu())(torch.randn(2), inplace=True)
+
+
+# ----- on a GPU ----------------------------------------------------------------------------------
+
+
+def _cuda_store(batch: int = 16, width: int = 256):
+    from aitune_ray.samples import Sample, SampleStore
+
+    x = torch.randn(batch, width, device="cuda")
+    return x, SampleStore([Sample((x,), {}, None, batch)])
+
+
+@pytest.mark.gpu
+def test_torchao_default_fp8wo_with_max_autotune_builds_on_a_gpu_of_8_9(tmp_path):
+    from aitune_ray.backend import TorchAOBackend
+    from aitune_ray.measure.correctness import compare_outputs
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability 8.9")
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).cuda().eval()
+    x, store = _cuda_store()
+    backend = TorchAOBackend().build(model, store, torch.device("cuda"), tmp_path)
+    assert backend.quantized_layers == 2
+    with torch.no_grad():
+        report = compare_outputs([(backend.infer(x), model(x))], TorchAOBackend.default_tolerance)
+    assert report.passed, report.reason
+
+
+@pytest.mark.gpu
+def test_inductor_jit_autocast_runs_in_bf16_on_a_gpu_and_returns_fp32(tmp_path):
+    from aitune_ray.backend import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_ray.measure.correctness import compare_outputs
+
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU()).cuda().eval()
+    x, store = _cuda_store()
+    config = TorchInductorJitBackendConfig(autocast_enabled=True, autocast_dtype=torch.bfloat16)
+    backend = TorchInductorJitBackend(config).build(model, store, torch.device("cuda"), tmp_path)
+    with torch.no_grad():
+        out, ref = backend.infer(x), model(x)
+    assert out.dtype == torch.float32 and not torch.equal(out, ref)   # computed in bf16, handed back in fp32
+    assert compare_outputs([(out, ref)], backend.default_tolerance).passed
+
+
+class Widening(nn.Module):
+    """Each row needs a 1 GiB intermediate: the batch that fits is bounded by the GPU's memory."""
+
+    def forward(self, x):
+        wide = x.repeat(1, 2 ** 28 // x.shape[1])
+        return wide.float().sum(dim=1, keepdim=True)
+
+
+@pytest.mark.gpu
+def test_find_max_batch_size_stops_where_the_gpu_runs_out_of_memory():
+    from aitune_ray.max_batch import find_max_batch_size
+
+    module = ait.Module(Widening(), name="wide")
+    module(torch.randn(1, 64, device="cuda"))
+    free_gib = torch.cuda.mem_get_info()[0] / 2 ** 30
+    found = find_max_batch_size(module, torch.device("cuda"))
+    assert 0.25 * free_gib <= found <= free_gib, (found, free_gib)
+    assert module.samples.batch_sizes() == [1, found]
