@@ -598,7 +598,8 @@ def _tune_while_the_driver_profiles(monkeypatch, tmp_path, wait_for, **executor_
     executor.progress = progress
     gen = torch.Generator().manual_seed(2)
     try:
-        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor, call_as_given=True)
+        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor,
+                 call_as_given=True)
         stats, generations = executor.actor_stats(), [s.generation for s in executor.pool.slots]
     finally:
         executor.close()

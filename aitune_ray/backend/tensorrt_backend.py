@@ -162,11 +162,11 @@ class TensorRTBackend(Backend):
         return onnx_path, profiles
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
-        self._require(device)
+        self._require(device)   # before the export: a missing library is said at once, naming the extra
         wanted = torch.device(self.config.device)
         if device.type == "cuda" and wanted.index is not None and wanted.index != device.index:
             raise BuildError(f"{self.name} is configured for device {self.config.device!r} but tune() builds it on "
-                             f"{device}: tune with device={self.config.device!r}, or leave the config's device out")   # before the export: a missing library is said at once, naming the extra
+                             f"{device}: tune with device={self.config.device!r}, or leave the config's device out")
         onnx_path, profiles = self.prepare(module, samples, workdir)
         cache = Path(self.config.timing_cache) if self.config.timing_cache else Path(workdir) / "timing.cache"
         settings = BuildSettings(self.config.workspace_size, self.config.optimization_level,

@@ -42,7 +42,7 @@ class TorchAOBackendConfig(BackendConfig):
     every layer torchao takes). AITune's filter_fn, a function, cannot travel to a worker or into a
     checkpoint: it is refused, naming filter_fqns."""
 
-    quantization: str | None = "fp8wo"   # int8wo, int8dq, fp8wo (AITune's default: a CUDA GPU of 8.9+), fp8dq, mxfp8dq, nvfp4dq
+    quantization: str | None = "fp8wo"   # int8wo, int8dq, fp8wo (AITune's default, CUDA 8.9+), fp8dq, mxfp8dq, nvfp4dq
     quantization_config: Any = None
     compile: bool = True
     mode: str | None = "max-autotune"

@@ -7,5 +7,6 @@ from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode
 
-__all__ = ["FirstWinsStrategy", "MaxThroughputStrategy", "OneBackendStrategy", "PerformanceValidationMode", "TuneStrategy",
+__all__ = ["FirstWinsStrategy", "MaxThroughputStrategy", "OneBackendStrategy", "PerformanceValidationMode",
+           "TuneStrategy",
            "ModuleReport", "TuningReport"]
