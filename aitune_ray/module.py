@@ -16,9 +16,14 @@ from aitune_ray.samples import Sample, SampleStore, batch_size_of, check_recorda
 
 logger = logging.getLogger(__name__)
 
+#: What the wrapper itself holds: set on it even where the wrapped module has an attribute of that name.
+OWN_ATTRIBUTES = frozenset({"module", "name", "strategy", "max_samples", "samples", "state", "backend", "report",
+                            "failure", "_workdir"})
+
+
 class Module(nn.Module):
     """AITune's Module: wrap, record, tune, call. It stands in for the module it wraps: isinstance() sees
-    the wrapped class, unknown attributes and indexing reach the wrapped module, and state_dict() keys are
+    the wrapped class, its attributes (read and set) and indexing reach the wrapped module, and state_dict() keys are
     the wrapped module's own (no prefix), so a model's state_dict reads the same wrapped or not.
 
     module: the nn.Module to tune. name: used in reports and checkpoints (default: its class name).
@@ -67,6 +72,15 @@ class Module(nn.Module):
 
     def __getitem__(self, key: Any) -> Any:
         return self.module[key]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An attribute the wrapped module has, and the wrapper does not, is set on the wrapped module."""
+        inner = self.__dict__.get("_modules", {}).get("module")
+        if (inner is not None and name not in OWN_ATTRIBUTES and name not in self.__dict__
+                and not hasattr(type(self), name) and hasattr(inner, name)):
+            setattr(inner, name, value)
+            return
+        super().__setattr__(name, value)
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -425,6 +425,13 @@ def test_module_stands_in_for_the_wrapped_module():
     wrapped = ait.Module(linear, name="lin", strategy=ait.OneBackendStrategy(helper(FastBackend, "p")))
     assert isinstance(wrapped, nn.Linear) and isinstance(wrapped, ait.Module) and type(wrapped) is ait.Module
     assert wrapped.in_features == 4 and wrapped.weight is linear.weight
+    wrapped.weight = nn.Parameter(torch.zeros(3, 4))   # set on the wrapped module, as AITune's proxy does
+    assert torch.equal(linear.weight, torch.zeros(3, 4)) and "weight" not in wrapped._parameters
+    wrapped.note = "mine"   # an attribute the wrapped module lacks stays on the wrapper
+    assert not hasattr(linear, "note") and wrapped.note == "mine"
+    named = nn.Linear(2, 2)
+    named.name = "inner"
+    assert ait.Module(named, name="outer").name == "outer" and named.name == "inner"   # the wrapper's own
     assert list(wrapped.state_dict()) == list(linear.state_dict()) == ["weight", "bias"]
     seq = ait.Module(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
     assert isinstance(seq[1], nn.ReLU)
