@@ -4,6 +4,12 @@ Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
 from aitune_ray import backend, tune_strategy
+from aitune_ray.absent import (PatchedModule, PerformanceProfile, aitune_cache_dir, config, inspect, jit_config,
+                               patch_for_jit_tuning, profile, snapshot_tuning_data, wrap)
+from aitune_ray.checkpoint.storage import LocalTorchStorage
+from aitune_ray.dataloader import DataLoaderFactory
+from aitune_ray.dynamic_shapes import BatchDim, DynamicDim
+from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.inline import InlineExecutor
 from aitune_ray.errors import AITuneRayError
 from aitune_ray.module import Module, ModuleState
@@ -11,6 +17,7 @@ from aitune_ray.tune_strategy import (
     FirstWinsStrategy,
     MaxThroughputStrategy,
     OneBackendStrategy,
+    PerformanceValidationMode,
     TuneStrategy,
     TuningReport,
 )
@@ -20,6 +27,9 @@ from aitune_ray.tuning import tune
 from aitune_ray.version import __version__
 
 __all__ = [
+    "BatchDim", "DataLoaderFactory", "DynamicDim", "LocalTorchStorage", "ModuleFunctionKernelProfiler",
+    "PatchedModule", "PerformanceProfile", "PerformanceValidationMode", "aitune_cache_dir", "config", "inspect",
+    "jit_config", "patch_for_jit_tuning", "profile", "snapshot_tuning_data", "wrap",
     "AITuneRayError", "FirstWinsStrategy", "InlineExecutor", "MaxThroughputStrategy", "Module", "ModuleState",
     "OneBackendStrategy", "TuneStrategy", "TuningReport", "backend", "load", "save", "tune", "tune_strategy",
     "__version__",

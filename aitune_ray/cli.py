@@ -320,7 +320,7 @@ def _prepare(model: _Model, executor, device, local, several: bool) -> list[tupl
     """Build the model, wrap its modules, record its data: (module, device, executor) to tune."""
     from aitune_ray.job import move_to, wrap_modules
     from aitune_ray.run_dir import journaled
-    from aitune_ray.tuning import _record, _unique_names
+    from aitune_ray.tuning import _calls_as_given, _record, _unique_names
 
     job = model.job
     model.root, model.modules = wrap_modules(job.make_model(), job.module_specs(), lambda: job.make_strategy(device))
@@ -333,7 +333,7 @@ def _prepare(model: _Model, executor, device, local, several: bool) -> list[tupl
     say(f"aitune-ray: tuning {(job.name + ': ') if several else ''}{', '.join(model.modules)} for {device} with "
         f"{strategy.name} over {', '.join(b.describe() for b in strategy.backends)} ({job.executor.type} executor)")
     model.executor = journaled(executor, model.folder) if model.folder is not None else executor
-    reached = _record(model.root, on_device(job.make_data(), local))
+    reached = _record(model.root, _calls_as_given(model.root, on_device(job.make_data(), local)))
     _unique_names(reached)
     return [(module, device, model.executor) for module in reached]
 

@@ -9,25 +9,44 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend
+from aitune_ray.dynamic_shapes import check_dynamic_shapes
 from aitune_ray.errors import AITuneRayError, ConfigError, RecordingError
 from aitune_ray.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
 from aitune_ray.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
 
 logger = logging.getLogger(__name__)
 
+#: What the wrapper itself holds: set on it even where the wrapped module has an attribute of that name.
+OWN_ATTRIBUTES = frozenset({"module", "name", "strategy", "max_samples", "samples", "state", "backend", "report",
+                            "failure", "_workdir"})
+
+
 class Module(nn.Module):
-    """AITune's Module: wrap, record, tune, call.
+    """AITune's Module: wrap, record, tune, call. It stands in for the module it wraps: isinstance() sees
+    the wrapped class, its attributes (read and set) and indexing reach the wrapped module, and state_dict() keys are
+    the wrapped module's own (no prefix), so a model's state_dict reads the same wrapped or not.
 
     module: the nn.Module to tune. name: used in reports and checkpoints (default: its class name).
     strategy: a TuneStrategy (default: MaxThroughput over the backends usable on this machine).
+    strategies: AITune's per-graph list; a module here is one graph, so a list of one strategy only.
+    dynamic_shapes: refused (the shapes a backend accepts are the recorded ones; record calls at a
+        dimension's smallest and largest sizes instead).
     max_samples: the most calls recorded (later calls still run, and are counted).
     """
 
-    def __init__(self, module: nn.Module, name: str | None = None, strategy=None, max_samples: int = 64):
+    def __init__(self, module: nn.Module, name: str | None = None, strategy=None, strategies=None,
+                 dynamic_shapes=None, max_samples: int = 64):
         if not isinstance(module, nn.Module):
             raise ConfigError(f"Module wraps a torch.nn.Module, not {type(module).__name__}")
         if isinstance(module, Module):
             raise ConfigError("this module is already wrapped by aitune_ray.Module")
+        strategy = _one_strategy(strategy, strategies)
+        if dynamic_shapes is not None:
+            check_dynamic_shapes(dynamic_shapes)
+            raise ConfigError("dynamic_shapes is not supported: backends here accept the shapes that were "
+                              "recorded, so record calls at each dynamic dimension's min and max size (tune() "
+                              "with batch_sizes=[min, ..., max] for the batch dimension; TensorRTProfile for "
+                              "TensorRT's optimization profiles) and leave dynamic_shapes out")
         super().__init__()
         self.module = module
         self.name = name or type(module).__name__
@@ -39,6 +58,30 @@ class Module(nn.Module):
         self.report = None
         self.gpu_kind = ""   # the GPU kind it was tuned for on a cluster of several (RayExecutor gpu_kind)
         self.failure: str = ""
+        self.register_state_dict_post_hook(_unprefixed_keys)
+        self.register_load_state_dict_pre_hook(_prefixed_keys)
+
+    @property
+    def __class__(self):   # isinstance(wrapped, nn.Linear) as for the module it stands in for
+        return type(self.module)
+
+    def _get_name(self) -> str:
+        return "Module"
+
+    def __reduce_ex__(self, protocol):   # pickle checks __class__, which names the wrapped class
+        return _blank_module, (), self.__getstate__()
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.module[key]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """An attribute the wrapped module has, and the wrapper does not, is set on the wrapped module."""
+        inner = self.__dict__.get("_modules", {}).get("module")
+        if (inner is not None and name not in OWN_ATTRIBUTES and name not in self.__dict__
+                and not hasattr(type(self), name) and hasattr(inner, name)):
+            setattr(inner, name, value)
+            return
+        super().__setattr__(name, value)
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -75,16 +118,61 @@ class Module(nn.Module):
             return getattr(super().__getattr__("module"), name)
 
     # ----- tuning -----------------------------------------------------------------------------
-    def tune(self, device=None, executor=None):
-        """Tune on the recorded samples. Returns a ModuleReport.
+    def tune(self, device=None, strategy=None, dry_run: bool = False, executor=None):
+        """Tune on the recorded samples. Returns a ModuleReport (None for a dry run).
 
-        A module that fails to tune stays eager; the failure is logged and kept in self.failure. The
-        strategy's own errors (OneBackendStrategy's failed build or check) are raised after that.
+        strategy: used for this call instead of the module's own. dry_run: log what would be tuned, build
+        nothing. A module that fails to tune stays eager; the failure is logged and kept in self.failure.
+        The strategy's own errors (OneBackendStrategy's failed build or check) are raised after that.
         """
         from aitune_ray.tuning import tune_modules
 
-        report = tune_modules([self], device=device, executor=executor, raise_errors=True)
+        own = self.strategy
+        if strategy is not None:
+            self.strategy = strategy
+        try:
+            if dry_run:
+                from aitune_ray.tuning import _dry_run
+
+                _dry_run([self], device)
+                return None
+            from aitune_ray.max_batch import find_max_batch_sizes
+            from aitune_ray.tuning import _devices_are_local
+
+            find_max_batch_sizes([self], device, local=_devices_are_local(executor))
+            report = tune_modules([self], device=device, executor=executor, raise_errors=True)
+        finally:
+            self.strategy = own
         return report.modules[0] if report.modules else None
+
+    # ----- AITune's state methods --------------------------------------------------------------
+    def activate(self) -> None:
+        """A tuned module's backend takes calls again (after deactivate()); a module kept eager stays so."""
+        if self.state == ModuleState.RECORDING:
+            raise ConfigError(f"{self.name} is not tuned: there is no backend to activate")
+        if self.state == ModuleState.TUNED:
+            self.backend.activate()
+
+    def deactivate(self) -> None:
+        """Release a tuned module's backend (its memory, its replacements); activate() brings it back.
+        Calls in between fail with the backend's error."""
+        if self.state == ModuleState.TUNED:
+            self.backend.deactivate()
+
+    def enable_passthrough(self, force: bool = False) -> None:
+        """Calls run the wrapped module eagerly, unrecorded. A tuned module needs force=True (its backend
+        is dropped)."""
+        self._leave_tuned(force, "enable_passthrough")
+        self.use_backend(None)
+
+    def enable_recording(self, force: bool = False) -> None:
+        """Calls are recorded again (samples already recorded are kept). A tuned module needs force=True."""
+        self._leave_tuned(force, "enable_recording")
+        self.record()
+
+    def _leave_tuned(self, force: bool, method: str) -> None:
+        if self.state == ModuleState.TUNED and not force:
+            raise ConfigError(f"{self.name} is tuned: {method}(force=True) drops its backend")
 
     def use_backend(self, backend: Backend | None) -> None:
         """Route calls to backend (active), or back to eager with None."""
@@ -105,6 +193,39 @@ class Module(nn.Module):
     def extra_repr(self) -> str:
         chosen = self.backend.describe() if self.backend else "eager"
         return f"name={self.name!r}, state={self.state.value}, backend={chosen}"
+
+
+def _one_strategy(strategy, strategies):
+    """strategy, or the one strategy of AITune's strategies= list (a module here is one graph)."""
+    if strategies is None:
+        return strategy
+    if strategy is not None:
+        raise ConfigError("give strategy= or strategies=, not both")
+    if not isinstance(strategies, list) or len(strategies) != 1:
+        raise ConfigError("strategies= takes a list of one strategy here (a module is tuned as one graph, on "
+                          "every recorded shape): pass strategy=... instead")
+    return strategies[0]
+
+
+def _blank_module() -> Module:
+    return Module.__new__(Module)
+
+
+PREFIX = "module."
+
+
+def _unprefixed_keys(module, state_dict, prefix, local_metadata) -> None:
+    """state_dict keys of the wrapped module without the wrapper's own attribute name."""
+    inner = prefix + PREFIX
+    for key in [k for k in state_dict if k.startswith(inner)]:
+        state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+
+
+def _prefixed_keys(module, state_dict, prefix, *args) -> None:
+    """Keys as state_dict() writes them (unprefixed) read into the wrapped module; prefixed keys as well."""
+    inner = prefix + PREFIX
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(inner)]:
+        state_dict[inner + key[len(prefix):]] = state_dict.pop(key)
 
 
 def find_modules(obj: Any) -> dict[str, Module]:

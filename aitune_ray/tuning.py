@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -15,9 +16,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from aitune_ray.dataloader import batches
 from aitune_ray.executor import Executor, TuneContext
 from aitune_ray.device import resolve_device
-from aitune_ray.errors import AITuneRayError, DatasetError, RecordingError, RunFolderError
+from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, RecordingError, RunFolderError
+from aitune_ray.max_batch import find_max_batch_sizes
 from aitune_ray.recording import ModuleState, recording_session
 from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
@@ -259,21 +262,38 @@ def _call(func: Callable, item: Any) -> None:
         func(item)
 
 
-def _record(func: Callable, dataset: Iterable) -> list:
-    """Call func on every item under a recording session; the wrapped Modules that recorded calls."""
-    items = 0
+def _func_name(func: Callable) -> str:
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def _calls_as_given(func: Callable, dataset: Iterable) -> Iterator[Callable[[], None]]:
+    """One call per item, as given: a tuple is unpacked into arguments, a dict into keywords."""
+    if isinstance(dataset, torch.Tensor):
+        dataset = [dataset]
+    for index, item in enumerate(dataset):
+        yield f"dataset item {index} ({type(item).__name__})", functools.partial(_call, func, item)
+
+
+def _calls_batched(func: Callable, dataset: Any, batch_sizes, max_batches) -> Iterator[Callable[[], None]]:
+    """One call per batch that AITune would build: each item one sample, batches at batch_sizes."""
+    for index, (size, args, kwargs) in enumerate(batches(dataset, batch_sizes, max_batches)):
+        yield f"batch {index} (batch size {size})", functools.partial(func, *args, **kwargs)
+
+
+def _record(func: Callable, calls: Iterator) -> list:
+    """Make every call under a recording session; the wrapped Modules that recorded calls."""
+    made = 0
     with recording_session() as reached, torch.no_grad():
-        for index, item in enumerate(dataset):
-            items += 1
+        for where, call in calls:
+            made += 1
             try:
-                _call(func, item)
+                call()
             except AITuneRayError:
                 raise
             except Exception as exc:
-                raise DatasetError(f"dataset item {index} ({type(item).__name__}) could not be passed to "
-                                   f"{getattr(func, '__name__', type(func).__name__)}: "
+                raise DatasetError(f"{where} could not be passed to {_func_name(func)}: "
                                    f"{type(exc).__name__}: {exc}") from exc
-    if items == 0:
+    if made == 0:
         raise DatasetError("the dataset is empty: tune() needs at least one item to record real inputs")
     modules = [m for m in reached if m.state == ModuleState.RECORDING]
     if reached and not modules:
@@ -285,20 +305,81 @@ def _record(func: Callable, dataset: Iterable) -> list:
     return modules
 
 
-def tune(func: Callable, dataset: Iterable, device=None, executor: Executor | None = None,
-         run_dir=None) -> TuningReport:
-    """Call func on each dataset item (a tuple is unpacked into arguments, a dict into keywords),
-    recording every wrapped Module reached, then tune each one. Returns a TuningReport.
+def _check_tune_arguments(batch_sizes, max_num_batches_per_batch_size, call_as_given: bool) -> None:
+    if isinstance(batch_sizes, str | torch.device):
+        raise ConfigError(f"tune()'s third argument is batch_sizes (as in AITune), got {batch_sizes!r}: "
+                          "pass the device by keyword, device=...")
+    if call_as_given and (batch_sizes is not None or max_num_batches_per_batch_size is not None):
+        raise ConfigError("batch_sizes and max_num_batches_per_batch_size build batches from samples; with "
+                          "call_as_given=True each dataset item is already one call: leave them out")
 
+
+@contextlib.contextmanager
+def _quiet_libraries(enabled: bool) -> Iterator[None]:
+    """While tuning, the libraries' own loggers print errors only (AITune's disable_external_logging)."""
+    if not enabled:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in EXTERNAL_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+EXTERNAL_LOGGERS = ("torch", "onnx", "onnxruntime", "onnxscript", "tensorrt", "torch_tensorrt", "torchao",
+                    "modelopt", "ray")
+
+
+def _dry_run(modules: list, device) -> TuningReport:
+    """Record only: say what each module would be tuned with, build nothing, keep every module recording."""
+    for module in modules:
+        strategy = module.strategy or default_strategy(resolve_device(device) if device else torch.device("cpu"))
+        backends = ", ".join(b.describe() for b in getattr(strategy, "backends", []))
+        logger.info("dry run: %s would be tuned with %s over [%s] on recorded batch sizes %s (%d samples)",
+                    module.name, strategy.name, backends, module.samples.batch_sizes(), len(module.samples))
+    return TuningReport()
+
+
+def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
+         max_num_batches_per_batch_size: int | None = None, device=None, dry_run: bool = False,
+         disable_external_logging: bool = False, clear_cache: bool = False, ignore_failing_modules: bool = True,
+         *, call_as_given: bool = False, executor: Executor | None = None, run_dir=None) -> TuningReport:
+    """Record every wrapped Module that func reaches on the dataset, then tune each one. Returns a
+    TuningReport (AITune's tune() returns None).
+
+    As in AITune, each dataset item is one sample (a tensor, a tuple/list of inputs, a dict of keyword
+    inputs, or an (args, kwargs) pair; a tensor dataset is one sample) and func is called on batches of
+    them at each of batch_sizes (default [1, 2]), at most max_num_batches_per_batch_size batches of
+    each (default: every full batch). A DataLoaderFactory gives its own loader.
+    call_as_given=True calls func once per item as given instead (a tuple is unpacked into arguments, a
+    dict into keywords), for pipelines whose inputs cannot be batched.
+    dry_run: record and log what would be tuned; build nothing, the modules stay recording.
+    ignore_failing_modules: a module that fails stays eager and tuning goes on (False: raise).
+    clear_cache: accepted for AITune code; nothing is cached between runs here (work folders are
+    removed after each run; a run folder is cleared by giving a new run_dir).
     run_dir: a folder where each candidate's result is written as soon as it finishes (with the samples
     and the eager baseline); when it holds an earlier run of the same model, only what is missing runs."""
-    if _devices_are_local(executor):
+    _check_tune_arguments(batch_sizes, max_num_batches_per_batch_size, call_as_given)
+    if clear_cache:
+        logger.info("clear_cache: nothing to clear, no build is cached between runs")
+    local = _devices_are_local(executor)
+    if local:
         resolve_device(device)  # fail before recording when this machine lacks the device
-    if isinstance(dataset, torch.Tensor):
-        dataset = [dataset]
-    with _opened(executor, device) as executor:   # a Ray executor's actors start up while this process records
-        modules = _record(func, dataset)
-        report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir)
+    calls = (_calls_as_given(func, dataset) if call_as_given
+             else _calls_batched(func, dataset, batch_sizes, max_num_batches_per_batch_size))
+    with _quiet_libraries(disable_external_logging):
+        if dry_run:
+            return _dry_run(_record(func, calls), device)
+        with _opened(executor, device) as executor:   # a Ray executor's actors start up while this process records
+            modules = _record(func, calls)
+            find_max_batch_sizes(modules, device, local=local)
+            report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir,
+                                  raise_errors=not ignore_failing_modules)
     from aitune_ray.report.answer import answer
 
     logger.info("tuning finished: %s", " ".join(answer(m) for m in report.modules) or "no module was tuned")

@@ -155,7 +155,7 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
     executor = KeepingExecutor(remeasure_rounds=rounds)
     started = time.perf_counter()
     func = (lambda **kw: module(**kw)) if isinstance(items[0], dict) else module
-    report = ait.tune(func, items, device=device, executor=executor).modules[0]
+    report = ait.tune(func, items, device=device, executor=executor, call_as_given=True).modules[0]
     tune_s = time.perf_counter() - started
     mix = sorted(report.call_mix)
     passed = [r for r in report.results if (report.verdicts.get(r.key) or {}).get("passed")

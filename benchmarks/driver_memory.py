@@ -48,7 +48,7 @@ def main() -> None:
             module = ait.Module(make_model(blocks=1), "mlp",
                                 strategy=ait.OneBackendStrategy(TorchInductorJitBackend(), measure_config=measure))
             module.strategy.performance_validation = False
-            ait.tune(module, data, executor=ait.InlineExecutor(remeasure_rounds=0, contain=args.contain))
+            ait.tune(module, data, call_as_given=True, executor=ait.InlineExecutor(remeasure_rounds=0, contain=args.contain))
             ait.save(module, path)
             fresh = ait.load(ait.Module(make_model(blocks=1), "mlp"), path)
             with torch.no_grad():

@@ -104,7 +104,7 @@ def one(args) -> dict:
         executor.release = lambda context, result: None
     started = time.perf_counter()
     with executor:
-        ait.tune(model, data, device=str(device), executor=executor)
+        ait.tune(model, data, device=str(device), executor=executor, call_as_given=True)
         stats = executor.actor_stats()[0] if args.run == "ray" else executor.worker.stats()
     chosen = model.report.chosen_result()
     if args.run != "ray":

@@ -299,7 +299,8 @@ def tune_once(run_name: str, args, device, dtype) -> dict:
     identities: list[dict] = []
     put_s, turn_waits = 0.0, []
     try:
-        report = ait.tune(root, data, device=device, executor=executor)  # every module, one after another
+        report = ait.tune(root, data, device=device, executor=executor,
+                          call_as_given=True)  # every module, one after another
         overhead = None
         if kind == "ray":   # when the last actor was up and warmed (it said so itself), from Ray's start
             import ray   # each actor's identity now: its warm-up's end (it runs on beside the first task)

@@ -35,7 +35,7 @@ model = ait.Module(Attention().eval(), "attention", strategy=ait.OneBackendStrat
 
 # 2. Tune on real inputs: the calls are recorded, profiled, every provider is checked and timed on them.
 q, k, v = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
-report = ait.tune(model, [(q, k, v)], device=device)
+report = ait.tune(model, [(q, k, v)], device=device, call_as_given=True)
 print(report.markdown())
 if model.backend is not None:
     print("kernel plan:", model.backend.plan.describe())

@@ -27,7 +27,7 @@ def tune_save_and_compare(model, data: list, device: str, args: argparse.Namespa
     """ait.tune on args.executor (Ray or inline), print the report, then save_and_compare into fresh."""
     rounds = 5 if getattr(args, "size", "base") == "tiny" else 30      # side-by-side re-measure rounds
     executor = ait.InlineExecutor(rounds) if args.executor == "inline" else ait.RayExecutor(remeasure_rounds=rounds)
-    report = ait.tune(model, data, device=device, executor=executor)
+    report = ait.tune(model, data, device=device, executor=executor, call_as_given=True)
     print(report.markdown())
     return save_and_compare(model, fresh, args.out, data[0])
 

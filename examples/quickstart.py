@@ -22,13 +22,14 @@ model = ait.Module(make_model(), "mlp", strategy=ait.MaxThroughputStrategy([
     ait.backend.ONNXRuntimeBackend(),
 ]))
 
-# 2. Tune on real inputs: each call is recorded, then every backend is built, checked and timed against eager.
-dataset = [torch.randn(bs, 128, device=device) for bs in (1, 8, 32)]
-report = ait.tune(model, dataset, device=device)
+# 2. Tune on real inputs, as in AITune: each dataset item is one sample, batched at each of batch_sizes.
+#    Every call is recorded, then every backend is built, checked and timed against eager.
+dataset = [torch.randn(128, device=device) for _ in range(32)]
+report = ait.tune(model, dataset, batch_sizes=[1, 8, 32], max_num_batches_per_batch_size=1, device=device)
 print(summary(report))   # the answer first: what to deploy, how much faster at each batch size; then why
 
 # 3. Save the tuned module, then load it into a freshly built model (JIT backends rebuild, AOT ones load).
 ait.save(model, "mlp.ait")
 fresh = ait.load(ait.Module(make_model(), "mlp"), "mlp.ait")
-x = dataset[1]
+x = torch.randn(8, 128, device=device)   # a batch size that was recorded
 print("max abs difference after load:", (fresh(x) - model(x)).abs().max().item())

@@ -59,7 +59,7 @@ def make_data():
 def run(backends, executor, run_dir=None):
     module = ait.Module(SlowNet(delay_s=0.001), "net", strategy=ait.MaxThroughputStrategy(
         backends, measure_config=MEASURE))
-    return module, ait.tune(module, make_data(), executor=executor, run_dir=run_dir)
+    return module, ait.tune(module, make_data(), executor=executor, run_dir=run_dir, call_as_given=True)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def run(run_dir, executor=None, gate: str = "", block: int = 0):
     module = ait.Module(make_model(), "net", strategy=ait.MaxThroughputStrategy(backends(gate, block),
                                                                                measure_config=MEASURE))
     report = ait.tune(module, make_data(), executor=executor or ait.InlineExecutor(remeasure_rounds=3),
-                      run_dir=run_dir)
+                      run_dir=run_dir, call_as_given=True)
     return module, report
 
 

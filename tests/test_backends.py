@@ -228,7 +228,7 @@ def test_torchao_int8wo_is_rejected_at_a_plain_tolerance():
 
 CONFIGS = [
     TorchEagerBackendConfig(),
-    TorchEagerBackendConfig(autocast_dtype="bfloat16"),
+    TorchEagerBackendConfig(autocast_enabled=True, autocast_dtype="bfloat16"),
     TorchInductorJitBackendConfig(),
     TorchInductorJitBackendConfig(mode="max-autotune", fullgraph=True, dynamic=False),
     TorchInductorJitBackendConfig(options={"max_autotune": True, "epilogue_fusion": False}),

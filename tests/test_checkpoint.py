@@ -222,7 +222,7 @@ class Pipeline:
 
 def test_pipeline_round_trip_with_device_map(tmp_path):
     pipe = Pipeline(seed=0)
-    ait.tune(pipe, [torch.randn(2, 8), torch.randn(3, 8)], device="cpu")
+    ait.tune(pipe, [torch.randn(2, 8), torch.randn(3, 8)], device="cpu", call_as_given=True)
     expected = pipe(X)
     path = ait.save(pipe, tmp_path / "pipe.ait")
     with zipfile.ZipFile(path) as z:
@@ -251,7 +251,7 @@ def test_tuned_device_missing_here_needs_device_map(tmp_path):
 
 def test_bad_device_map_key_lists_valid_names(tmp_path):
     pipe = Pipeline()
-    ait.tune(pipe, [torch.randn(2, 8)], device="cpu")
+    ait.tune(pipe, [torch.randn(2, 8)], device="cpu", call_as_given=True)
     path = ait.save(pipe, tmp_path / "pipe.ait")
     with pytest.raises(ConfigError) as err:
         ait.load(Pipeline(with_backends=False), path, device_map={"encodr": "cpu"})

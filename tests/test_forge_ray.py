@@ -255,7 +255,7 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
     strategy = ait.MaxThroughputStrategy([selector, sleepy], measure_config=FAST)
     model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
     try:
-        ait.tune(model, samples(), executor=executor)
+        ait.tune(model, samples(), executor=executor, call_as_given=True)
     finally:
         executor.progress = None
 
@@ -290,7 +290,7 @@ def test_with_a_kernel_plan_pending_the_baseline_slot_is_kept_so_one_gpu_times_e
     strategy = ait.MaxThroughputStrategy([KernelSelectorBackend(config, TorchEagerBackend())], measure_config=FAST)
     model = ait.Module(GeluNorm().eval(), "gelu_norm", strategy=strategy)
     try:
-        ait.tune(model, samples(), executor=executor)
+        ait.tune(model, samples(), executor=executor, call_as_given=True)
     finally:
         executor.progress = None
     baseline = [e for e in events if e.get("task") == "baseline" and e["event"] == "done"]
@@ -320,7 +320,7 @@ def test_kernel_selector_jobs_with_one_selection_config_share_one_plan(where, re
     strategy = ait.MaxThroughputStrategy([*shared, alone], measure_config=FAST)
     model = ait.Module(GeluNorm().eval(), "gelu_norm_shared", strategy=strategy)
     executor = ait.InlineExecutor(remeasure_rounds=0) if where == "inline" else request.getfixturevalue("executor")
-    ait.tune(model, samples(), device="cpu", executor=executor)
+    ait.tune(model, samples(), device="cpu", executor=executor, call_as_given=True)
 
     assert len(profiled) == 2            # one profile per selection config, not one per candidate
     results = {r.key: r for r in model.report.results}
@@ -360,7 +360,7 @@ from tests.forge_helpers import Attention
 q, k, v = (torch.randn(2, 8, 256, 64, device="cuda", dtype=torch.half) for _ in range(3))
 module = ait.Module(Attention().cuda().eval(), name="attention",
                     strategy=ait.MaxThroughputStrategy([KernelSelectorBackend()]))
-ait.tune(lambda *a: module(*a), [(q, k, v)], device="cuda", executor=RayExecutor(max_actors=1))
+ait.tune(lambda *a: module(*a), [(q, k, v)], device="cuda", executor=RayExecutor(max_actors=1), call_as_given=True)
 from aitune_ray.measure.conditions import cupti_attached
 print("tuned; CUPTI attached here:", cupti_attached(), flush=True)
 """

@@ -39,7 +39,7 @@ def tuned(model: nn.Module, backend, batches=(8, 256), width: int = 1024, dtype=
     strategy = ait.OneBackendStrategy(backend, measure_config=FAST).enable_performance_validation(False)
     wrapped = ait.Module(model, "m", strategy=strategy)
     data = [torch.randn(bs, width, device="cuda", dtype=dtype) for bs in batches]
-    report = ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor())
+    report = ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor(), call_as_given=True)
     return wrapped, report, data
 
 
@@ -94,7 +94,7 @@ def test_aot_inductor_build_in_a_child_process_reports_its_fate():
         s = ait.OneBackendStrategy(TorchInductorAotBackend(), measure_config=MeasureConfig(max_seconds=0.3))
         w = ait.Module(m, "m", strategy=s.enable_performance_validation(False))
         ait.tune(w, [torch.randn(4, 256, device="cuda"), torch.randn(16, 256, device="cuda")],
-                 device="cuda", executor=ait.InlineExecutor())
+                 device="cuda", executor=ait.InlineExecutor(), call_as_given=True)
         print("AOT_STATUS", w.report.results[0].status)
     """)
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", script], capture_output=True, text=True,
@@ -112,7 +112,7 @@ def test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size(
                                          measure_config=FAST)
     wrapped = ait.Module(model, "m", strategy=strategy)
     data = [torch.randn(bs, 2048, device="cuda", dtype=torch.bfloat16) for bs in (4, 4, 512)]
-    report = ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor())
+    report = ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor(), call_as_given=True)
     mod = report.modules[0]
     assert {r.status for r in mod.results} == {"ok"}
     if mod.chosen is not None:   # won on paired rounds, and the deployed module held up when checked

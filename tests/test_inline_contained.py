@@ -78,7 +78,7 @@ class ScriptNet(nn.Module):   # defined in the script that runs: it travels to t
 
 module = ait.Module(ScriptNet(), "net", strategy=ait.MaxThroughputStrategy(
     [CrashingBackend(CrashConfig(tag=1))], measure_config=MEASURE))
-report = ait.tune(module, make_data(), executor=ait.InlineExecutor(remeasure_rounds=2, contain=True))
+report = ait.tune(module, make_data(), call_as_given=True, executor=ait.InlineExecutor(remeasure_rounds=2, contain=True))
 print("STATUS", report.modules[0].results[0].status, report.modules[0].results[0].error)
 """
 

@@ -100,7 +100,7 @@ def test_the_cycle_finder_finds_a_cycle():
 #: module or package below aitune_ray (or "actors"); a file belongs to the longest name that contains it.
 LAYERS = (
     ("base", ("version", "errors", "imports", "validate", "registry", "device", "samples", "recording", "frames",
-              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts", "tempdirs", "quiet")),
+              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts", "tempdirs", "quiet", "dynamic_shapes", "dataloader", "max_batch")),
     # one procedure for everything that is chosen, below the strategies and the kernel forge (DESIGN.md)
     ("decision", ("decision",)),
     ("components", ("backend", "kernel_forge")),
@@ -110,7 +110,7 @@ LAYERS = (
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
     ("executors", ("inline", "build_process", "executor_choice", "run_dir", "cluster", "doctor", "actors")),
     # tune(), the Module, and the checkpoint that saves and loads a Module
-    ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspect")),
+    ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspect", "absent", "jit")),
     ("job and command", ("job", "progress", "cli", "__main__", "testing", "")),   # "": the package aitune_ray
 )
 

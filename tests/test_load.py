@@ -63,12 +63,12 @@ def run_load(executor) -> None:
     """Tune one pipeline (paying one-time costs: imports, caches), then measure memory around a second."""
     data = [torch.randn(bs, 8) for bs in (1, 4)]
     warm = Pipeline()
-    check(warm, ait.tune(warm, data, executor=executor))
+    check(warm, ait.tune(warm, data, executor=executor, call_as_given=True))
     del warm
     gc.collect()
     start = rss_bytes()
     pipeline = Pipeline()
-    check(pipeline, ait.tune(pipeline, data, executor=executor))
+    check(pipeline, ait.tune(pipeline, data, executor=executor, call_as_given=True))
     del pipeline
     gc.collect()
     assert rss_bytes() <= start * 1.10, f"driver memory grew from {start >> 20} MiB to {rss_bytes() >> 20} MiB"

@@ -147,7 +147,7 @@ def test_tune_unpacks_items_and_tunes_every_wrapped_module():
         {"x": torch.randn(4, 3), "shift": 2.0},    # a dict: keyword arguments
         torch.randn(2, 3),                         # anything else: the one argument
     ]
-    report = ait.tune(pipe, dataset, device="cpu")
+    report = ait.tune(pipe, dataset, device="cpu", call_as_given=True)
     assert pipe.calls == [((2, 3), 0.0), ((4, 3), 1.0), ((4, 3), 2.0), ((2, 3), 0.0)]
     assert [m.module for m in report.modules] == ["encoder", "head"]
     assert report.failures == {}
@@ -168,16 +168,16 @@ def test_tune_unpacks_items_and_tunes_every_wrapped_module():
 
 def test_tune_accepts_a_generator_and_a_single_tensor():
     pipe = Pipeline(one(helper(FastBackend, "enc")), one(helper(FastBackend, "head")))
-    ait.tune(pipe, (torch.randn(2, 3) for _ in range(2)), device="cpu")
+    ait.tune(pipe, (torch.randn(2, 3) for _ in range(2)), device="cpu", call_as_given=True)
     assert len(pipe.encoder.samples) == 2
     lone = ait.Module(SleepyAffine(0.0), name="lone", strategy=one(helper(FastBackend, "lone")))
-    ait.tune(lone, torch.randn(5, 3), device="cpu")
+    ait.tune(lone, torch.randn(5, 3), device="cpu", call_as_given=True)
     assert [s.batch_size for s in lone.samples] == [5]
 
 
 def test_a_failing_module_stays_eager_and_tuning_goes_on():
     pipe = Pipeline(one(helper(FailingBackend, "enc")), one(helper(FastBackend, "head")))
-    report = ait.tune(pipe, [torch.randn(2, 3), torch.randn(2, 3)], device="cpu")
+    report = ait.tune(pipe, [torch.randn(2, 3), torch.randn(2, 3)], device="cpu", call_as_given=True)
     assert pipe.encoder.state == ait.ModuleState.EAGER
     assert set(report.failures) == {"encoder"}
     assert "HelperBuildFailure" in report.failures["encoder"]
@@ -209,7 +209,7 @@ def test_module_cannot_wrap_a_wrapped_module():
 def test_empty_dataset_is_a_dataset_error():
     module = ait.Module(SleepyAffine(0.0), strategy=one(helper(FastBackend, "f")))
     with pytest.raises(DatasetError, match="empty"):
-        ait.tune(module, [], device="cpu")
+        ait.tune(module, [], device="cpu", call_as_given=True)
     assert len(module.samples) == 0
 
 
@@ -220,14 +220,14 @@ def test_dataset_item_the_function_cannot_take_is_a_dataset_error():
         return module(x)
 
     with pytest.raises(DatasetError, match=r"dataset item 1 \(tuple\).*run.*TypeError"):
-        ait.tune(run, [torch.ones(2, 3), (torch.ones(2, 3), torch.ones(2, 3))], device="cpu")
+        ait.tune(run, [torch.ones(2, 3), (torch.ones(2, 3), torch.ones(2, 3))], device="cpu", call_as_given=True)
     with pytest.raises(DatasetError, match=r"dataset item 0 \(dict\)"):
-        ait.tune(run, [{"y": torch.ones(2, 3)}], device="cpu")
+        ait.tune(run, [{"y": torch.ones(2, 3)}], device="cpu", call_as_given=True)
 
 
 def test_function_that_reaches_no_module_is_a_recording_error():
     with pytest.raises(RecordingError, match="no aitune_ray.Module"):
-        ait.tune(lambda x: x * 2, [torch.ones(2)], device="cpu")
+        ait.tune(lambda x: x * 2, [torch.ones(2)], device="cpu", call_as_given=True)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a CPU-only machine")
@@ -235,7 +235,7 @@ def test_function_that_reaches_no_module_is_a_recording_error():
 def test_missing_cuda_device_is_a_device_error(device):
     module = ait.Module(SleepyAffine(0.0), strategy=one(helper(FastBackend, "f")))
     with pytest.raises(DeviceError, match="no CUDA GPU") as info:
-        ait.tune(module, [torch.ones(2, 3)], device=device)
+        ait.tune(module, [torch.ones(2, 3)], device=device, call_as_given=True)
     assert repr(device) in str(info.value)
     assert len(module.samples) == 0            # rejected before any recording
     module(torch.ones(2, 3))
@@ -257,12 +257,12 @@ def test_cuda_index_past_the_last_gpu_is_a_device_error():
 def test_unknown_device_type_is_a_device_error(device):
     module = ait.Module(SleepyAffine(0.0), strategy=one(helper(FastBackend, "f")))
     with pytest.raises(DeviceError, match="tpu"):
-        ait.tune(module, [torch.ones(2, 3)], device=device)
+        ait.tune(module, [torch.ones(2, 3)], device=device, call_as_given=True)
 
 
 def test_unsupported_device_type_is_a_device_error():
     with pytest.raises(DeviceError, match="'meta' is not supported"):
-        ait.tune(ait.Module(SleepyAffine(0.0)), [torch.ones(2, 3)], device="meta")
+        ait.tune(ait.Module(SleepyAffine(0.0)), [torch.ones(2, 3)], device="meta", call_as_given=True)
 
 
 def test_tuning_a_module_with_no_samples_is_a_recording_error():

@@ -124,7 +124,7 @@ def test_checkpoint_save_load_run_recaptures_at_first_use(tmp_path):
     strategy.enable_performance_validation(False)
     wrapped = ait.Module(model, "block", strategy=strategy)
     data = [torch.randn(bs, 64, WIDTH, device=CUDA, dtype=dtype) for bs in (4, 16)]
-    ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor())
+    ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor(), call_as_given=True)
     assert isinstance(wrapped.backend, ONNXRuntimeBackend), wrapped.report
     ait.save(wrapped, tmp_path / "block.ait")
     fresh = ait.Module(block(dtype), "block")

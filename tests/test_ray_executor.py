@@ -375,7 +375,7 @@ def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert not ray.is_initialized()
     module = ait.Module(SlowNet(), name="local", strategy=max_throughput([fast()]))
-    report = ait.tune(module, [torch.randn(4, 8) for _ in range(2)])
+    report = ait.tune(module, [torch.randn(4, 8) for _ in range(2)], call_as_given=True)
     assert not ray.is_initialized()                        # the executor started Ray, so it stopped it
     (result,) = report.modules[0].results
     assert result.ok and (torch.cuda.is_available() or "actor 0" in result.gpu)   # no GPU here: a CPU actor
@@ -426,7 +426,7 @@ if __name__ == "__main__":
     module = ait.Module(model, "script", strategy=ait.OneBackendStrategy(TorchInductorJitBackend()))
     executor = ait.RayExecutor(max_actors=1)
     try:
-        ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor)
+        ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor, call_as_given=True)
     finally:
         executor.close()
         ray.shutdown()
@@ -597,7 +597,8 @@ def _tune_while_the_driver_profiles(monkeypatch, tmp_path, wait_for, **executor_
     executor.progress = progress
     gen = torch.Generator().manual_seed(2)
     try:
-        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor)
+        ait.tune(model, [torch.randn(b, 32, 256, generator=gen) for b in (4, 4, 2)], executor=executor,
+                 call_as_given=True)
         stats, generations = executor.actor_stats(), [s.generation for s in executor.pool.slots]
     finally:
         executor.close()

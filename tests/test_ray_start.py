@@ -114,7 +114,7 @@ def test_tune_records_before_ray_is_up(held_init):
     module = ait.Module(SlowNet(), name="early", strategy=ait.OneBackendStrategy(FastBackend(HelperConfig())))
     executor = RayExecutor(max_actors=1)
     try:
-        report = ait.tune(forward, [torch.randn(4, 8)], device="cpu", executor=executor)
+        report = ait.tune(forward, [torch.randn(4, 8)], device="cpu", executor=executor, call_as_given=True)
     finally:
         executor.close()
     assert calls == [False]
@@ -138,7 +138,7 @@ def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, mon
     module = ait.Module(SlowNet(), name="early_eager", strategy=strategy)
     executor = RayExecutor(max_actors=1, progress=progress)
     try:
-        report = ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor)
+        report = ait.tune(module, [torch.randn(4, 8)], device="cpu", executor=executor, call_as_given=True)
     finally:
         executor.close()
     (where, status, ray_up), = seen

@@ -91,7 +91,8 @@ def test_a_run_folder_of_another_model_or_version_is_refused(tmp_path, monkeypat
     with torch.no_grad():
         other.module.linear.weight.add_(1.0)
     with pytest.raises(RunFolderError, match="other weights"):
-        ait.tune(other, resume_job.make_data(), executor=ait.InlineExecutor(), run_dir=tmp_path / "run")
+        ait.tune(other, resume_job.make_data(), executor=ait.InlineExecutor(), run_dir=tmp_path / "run",
+                 call_as_given=True)
     monkeypatch.setattr("aitune_ray.version.__version__", "9.9.9")
     with pytest.raises(RunFolderError, match="9.9.9"):
         RunFolder.open(tmp_path / "run")
@@ -107,7 +108,8 @@ def test_changed_candidate_settings_are_refused(tmp_path):
     module = ait.Module(resume_job.make_model(), "net", strategy=ait.MaxThroughputStrategy(
         resume_job.backends(), measure_config=resume_job.MEASURE, tolerance=0.5))
     with pytest.raises(RunFolderError, match="other settings"):
-        ait.tune(module, resume_job.make_data(), executor=ait.InlineExecutor(), run_dir=tmp_path / "run")
+        ait.tune(module, resume_job.make_data(), executor=ait.InlineExecutor(), run_dir=tmp_path / "run",
+                 call_as_given=True)
 
 
 def test_samples_round_trip_through_safetensors_and_json(tmp_path):

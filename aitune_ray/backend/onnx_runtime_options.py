@@ -16,9 +16,18 @@ from aitune_ray.errors import ConfigError
 
 
 class ONNXExecutionProvider(str, enum.Enum):
+    """Values are ONNX Runtime's provider names; AITune's values ("cuda", "tensorrt", and "cpu") name the
+    same members: ONNXExecutionProvider("cuda") is CUDA."""
+
     CPU = "CPUExecutionProvider"
     CUDA = "CUDAExecutionProvider"
     TENSORRT = "TensorrtExecutionProvider"
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str):
+            return PROVIDER_ALIASES.get(value.lower())
+        return None
 
 
 #: Short names a config may use for a provider in provider_options.

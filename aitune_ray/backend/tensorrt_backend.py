@@ -56,7 +56,10 @@ class TensorRTBackendConfig(BackendConfig):
         recorded input-shape set), or a list of TensorRTProfile.
     quantization_config: None, or ONNXAutoCastConfig for fp16/bf16 by ModelOpt autocast.
     enable_tf32: TF32 for fp32 matrix math.
-    use_cuda_graphs / max_cuda_graphs: one CUDA graph per static profile (at most max_cuda_graphs)."""
+    use_cuda_graphs / max_cuda_graphs: one CUDA graph per static profile (at most max_cuda_graphs).
+    cuda_graph_cache_policy: AITune's "lfu" or "lru", checked and kept; the graphs here are captured once
+        per static profile at build and never evicted, so no policy changes which are used.
+    device: AITune's engine device, "cuda" or "cuda:N"; it must agree with the device tune() builds on."""
 
     # timing_cache is left out: a file read and written, chosen by a trusted checkpoint only
     safe_fields = {"quantization_config": ONNXAutoCastConfig, **{name: SAFE for name in (
@@ -74,8 +77,19 @@ class TensorRTBackendConfig(BackendConfig):
     enable_tf32: bool = True
     use_cuda_graphs: bool = True
     max_cuda_graphs: int = 8
+    cuda_graph_cache_policy: str = "lfu"
+    device: str = "cuda"
 
     def __post_init__(self) -> None:
+        if self.cuda_graph_cache_policy not in ("lfu", "lru"):
+            raise ConfigError(f"TensorRTBackendConfig.cuda_graph_cache_policy must be 'lfu' or 'lru', "
+                              f"not {self.cuda_graph_cache_policy!r}")
+        try:
+            if torch.device(self.device).type != "cuda":
+                raise ValueError
+        except (RuntimeError, ValueError, TypeError):
+            raise ConfigError(f"TensorRTBackendConfig.device must be 'cuda' or 'cuda:N', not {self.device!r}") from None
+        self.device = str(self.device)
         if isinstance(self.profiles, (list, tuple)):
             self.profiles = [p if isinstance(p, TensorRTProfile) else TensorRTProfile.from_dict(p)
                              for p in self.profiles]
@@ -154,6 +168,10 @@ class TensorRTBackend(Backend):
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         self._require(device)   # before the export: a missing library is said at once, naming the extra
+        wanted = torch.device(self.config.device)
+        if device.type == "cuda" and wanted.index is not None and wanted.index != device.index:
+            raise BuildError(f"{self.name} is configured for device {self.config.device!r} but tune() builds it on "
+                             f"{device}: tune with device={self.config.device!r}, or leave the config's device out")
         onnx_path, profiles = self.prepare(module, samples, workdir)
         cache = Path(self.config.timing_cache) if self.config.timing_cache else Path(workdir) / "timing.cache"
         settings = BuildSettings(self.config.workspace_size, self.config.optimization_level,

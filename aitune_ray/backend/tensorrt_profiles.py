@@ -38,27 +38,39 @@ def _shape(value: Any, what: str) -> Shape:
     return tuple(int(d) for d in value)
 
 
+def _triple(name: Any, triple: Any) -> tuple[Shape, Shape, Shape]:
+    if not isinstance(triple, (list, tuple)) or len(triple) != 3:
+        raise ConfigError(f"profile input {name!r} needs [min, opt, max] shapes, not {triple!r}")
+    low, opt, high = (_shape(s, f"profile input {name!r} shape") for s in triple)
+    if not len(low) == len(opt) == len(high):
+        raise ConfigError(f"profile input {name!r}: min, opt and max have different ranks")
+    if not all(a <= b <= c for a, b, c in zip(low, opt, high)):
+        raise ConfigError(f"profile input {name!r}: needs min <= opt <= max on every axis "
+                          f"(min {low}, opt {opt}, max {high})")
+    if any(a < 0 for a in low):
+        raise ConfigError(f"profile input {name!r}: sizes must not be negative")
+    return low, opt, high
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorRTProfile:
-    """One optimization profile: input name -> (min, opt, max) shapes."""
+    """One optimization profile: input name -> (min, opt, max) shapes. Given whole, or built as AITune
+    does: TensorRTProfile().add_input_shape("x", min, opt, max) (chained; the name is the forward
+    parameter's, as the exported ONNX model names its input)."""
 
-    shapes: dict[str, tuple[Shape, Shape, Shape]]
+    shapes: dict[str, tuple[Shape, Shape, Shape]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        clean = {}
-        for name, triple in dict(self.shapes).items():
-            if not isinstance(triple, (list, tuple)) or len(triple) != 3:
-                raise ConfigError(f"profile input {name!r} needs [min, opt, max] shapes, not {triple!r}")
-            low, opt, high = (_shape(s, f"profile input {name!r} shape") for s in triple)
-            if not len(low) == len(opt) == len(high):
-                raise ConfigError(f"profile input {name!r}: min, opt and max have different ranks")
-            if not all(a <= b <= c for a, b, c in zip(low, opt, high)):
-                raise ConfigError(f"profile input {name!r}: needs min <= opt <= max on every axis "
-                                  f"(min {low}, opt {opt}, max {high})")
-            if any(a < 0 for a in low):
-                raise ConfigError(f"profile input {name!r}: sizes must not be negative")
-            clean[str(name)] = (low, opt, high)
-        object.__setattr__(self, "shapes", clean)
+        object.__setattr__(self, "shapes", {str(name): _triple(name, triple)
+                                            for name, triple in dict(self.shapes).items()})
+
+    def add_input_shape(self, path: str, min_shape: Shape, opt_shape: Shape, max_shape: Shape) -> "TensorRTProfile":
+        """Add one input's (min, opt, max) shapes; returns the profile, for chaining."""
+        if not isinstance(path, str):
+            raise ConfigError(f"a TensorRT profile input is named by its forward parameter name (a string); a "
+                              f"nested input path such as {path!r} is not supported here")
+        self.shapes[path] = _triple(path, (min_shape, opt_shape, max_shape))
+        return self
 
     @property
     def is_static(self) -> bool:

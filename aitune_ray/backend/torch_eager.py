@@ -9,18 +9,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_ray.backend.autocast import Autocast, autocast_tolerance_dtype, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.measure.correctness import default_tolerance
-from aitune_ray.samples import SampleStore, map_structure
+from aitune_ray.samples import SampleStore
 
 
 @dataclasses.dataclass
 class TorchEagerBackendConfig(BackendConfig):
-    """autocast_dtype: run under torch.autocast with this dtype ("float16", "bfloat16"), or None."""
+    """autocast_enabled: run under torch.autocast, with autocast_dtype ("float16", "bfloat16" or a torch
+    dtype; None: torch.autocast's default for the device); see backend.autocast."""
 
-    safe_fields = {"autocast_dtype": SAFE}
+    safe_fields = {"autocast_enabled": SAFE, "autocast_dtype": SAFE}
 
-    autocast_dtype: str | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
+
+    def __post_init__(self) -> None:
+        check_autocast(self)
 
 
 class TorchEagerBackend(Backend):
@@ -30,19 +36,15 @@ class TorchEagerBackend(Backend):
 
     def __init__(self, config: TorchEagerBackendConfig | None = None):
         super().__init__(config)
-        if self.config.autocast_dtype is not None:  # reduced precision: held to that dtype's tolerance
-            self.default_tolerance = default_tolerance(getattr(torch, self.config.autocast_dtype))
+        reduced = autocast_tolerance_dtype(self.config)
+        if reduced is not None:  # reduced precision: held to that dtype's tolerance
+            self.default_tolerance = default_tolerance(reduced)
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         self._module = module
-        floating = [p.dtype for p in module.parameters() if p.dtype.is_floating_point]
-        self._out_dtype = floating[0] if floating else torch.get_default_dtype()
+        self._autocast = Autocast(self.config, device, module_dtype(module))
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        dtype = self.config.autocast_dtype
-        if dtype is None:
+        if not self.config.autocast_enabled:
             return self._module(*args, **kwargs)
-        with torch.autocast(self.device.type, dtype=getattr(torch, dtype)):
-            out = self._module(*args, **kwargs)
-        # Callers get the dtype the module returns without autocast (that of its parameters).
-        return map_structure(out, lambda t: t.to(self._out_dtype) if t.is_floating_point() else t)
+        return self._autocast.call(self._module, *args, **kwargs)

@@ -9,7 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_ray.backend.autocast import Autocast, autocast_tolerance_dtype, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
+from aitune_ray.measure.correctness import default_tolerance
 from aitune_ray.errors import ConfigError
 from aitune_ray.frames import own_frame
 from aitune_ray.samples import SampleStore, map_structure
@@ -37,16 +39,21 @@ SAFE_INDUCTOR_OPTIONS = frozenset({
 
 @dataclasses.dataclass
 class TorchInductorJitBackendConfig(BackendConfig):
-    """Arguments of torch.compile: mode, fullgraph, dynamic and Inductor options."""
+    """Arguments of torch.compile: mode, fullgraph, dynamic and Inductor options. autocast_enabled /
+    autocast_dtype: compile and run under torch.autocast (see backend.autocast)."""
 
-    safe_fields = {"mode": SAFE, "fullgraph": SAFE, "dynamic": SAFE, "options": SAFE_INDUCTOR_OPTIONS}
+    safe_fields = {"mode": SAFE, "fullgraph": SAFE, "dynamic": SAFE, "options": SAFE_INDUCTOR_OPTIONS,
+                   "autocast_enabled": SAFE, "autocast_dtype": SAFE}
 
     mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
     options: dict | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
 
     def __post_init__(self):
+        check_autocast(self)
         if self.mode is not None and self.mode not in COMPILE_MODES:
             raise ConfigError(f"mode must be one of {COMPILE_MODES} or None, not {self.mode!r}")
         if self.mode is not None and self.options:
@@ -56,6 +63,12 @@ class TorchInductorJitBackendConfig(BackendConfig):
 class TorchInductorJitBackend(Backend):
     config_class = TorchInductorJitBackendConfig
     is_jit = True
+
+    def __init__(self, config: TorchInductorJitBackendConfig | None = None):
+        super().__init__(config)
+        reduced = autocast_tolerance_dtype(self.config)
+        if reduced is not None:  # reduced precision: held to that dtype's tolerance
+            self.default_tolerance = default_tolerance(reduced)
 
     def cost_hint(self) -> float:
         # max-autotune benchmarks GEMM templates while it compiles (2 to 3 times a default compile on an H200)
@@ -67,6 +80,7 @@ class TorchInductorJitBackend(Backend):
         self._compiled = torch.compile(own_frame(module, f"jit_{type(module).__name__}"), backend="inductor",
                                        mode=cfg.mode, fullgraph=cfg.fullgraph, dynamic=cfg.dynamic,
                                        options=cfg.options)
+        self._autocast = Autocast(cfg, device, module_dtype(module))
         # Compile now, on every recorded sample, so build time is paid here and not at first inference.
         with torch.no_grad():
             for sample in samples:
@@ -81,8 +95,10 @@ class TorchInductorJitBackend(Backend):
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
         if not self._uses_cudagraphs():
+            if self.config.autocast_enabled:
+                return self._autocast.call(self._compiled, *args, **kwargs)
             return self._compiled(*args, **kwargs)
         # CUDA graphs reuse their output memory on the next replay: callers get outputs of their own.
         torch.compiler.cudagraph_mark_step_begin()
-        out = self._compiled(*args, **kwargs)
+        out = self._autocast.call(self._compiled, *args, **kwargs)
         return map_structure(out, torch.Tensor.clone)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from aitune_ray.backend.autocast import Autocast, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.errors import BuildError, ConfigError
@@ -40,16 +41,21 @@ def nested_compile_config(value: Any) -> TorchTensorRTConfig:
 
 @dataclasses.dataclass
 class TorchTensorRTJitBackendConfig(BackendConfig):
-    """compile_config: Torch-TensorRT settings. fullgraph / dynamic: torch.compile's arguments."""
+    """compile_config: Torch-TensorRT settings. fullgraph / dynamic: torch.compile's arguments.
+    autocast_enabled / autocast_dtype: compile and run under torch.autocast (see backend.autocast)."""
 
-    safe_fields = {"compile_config": TorchTensorRTConfig, "fullgraph": SAFE, "dynamic": SAFE}
+    safe_fields = {"compile_config": TorchTensorRTConfig, "fullgraph": SAFE, "dynamic": SAFE,
+                   "autocast_enabled": SAFE, "autocast_dtype": SAFE}
 
     compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
     fullgraph: bool = False
     dynamic: bool | None = None
+    autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
+    autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default
 
     def __post_init__(self) -> None:
         self.compile_config = nested_compile_config(self.compile_config)
+        check_autocast(self)
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "compile_config": self.compile_config.to_dict()}
@@ -82,9 +88,10 @@ class TorchTensorRTJitBackend(Backend):
         self._compiled = torch.compile(own_frame(module, f"trt_jit_{type(module).__name__}"),
                                        backend="torch_tensorrt", options=self.compile_options(library, device),
                                        fullgraph=self.config.fullgraph, dynamic=self.config.dynamic)
+        self._autocast = Autocast(self.config, device, module_dtype(module))
         with torch.no_grad():   # compile now, on every recorded sample, so the build pays for it
             for sample in samples:
-                self._compiled(*sample.args, **sample.kwargs)
+                self._infer(*sample.args, **sample.kwargs)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self._compiled(*args, **kwargs)
+        return self._autocast.call(self._compiled, *args, **kwargs)

@@ -23,26 +23,48 @@ QUANTIZATIONS = {
     "int8dq": "Int8DynamicActivationInt8WeightConfig",
     "fp8wo": "Float8WeightOnlyConfig",
     "fp8dq": "Float8DynamicActivationFloat8WeightConfig",
+    "mxfp8dq": "MXDynamicActivationMXWeightConfig",
+    "nvfp4dq": "NVFP4DynamicActivationNVFP4WeightConfig",
 }
+# presets that need a CUDA GPU of at least this compute capability (torchao's float8 / MX / NVFP4 kernels)
+NEEDS_CAPABILITY = {"fp8wo": (8, 9), "fp8dq": (8, 9), "mxfp8dq": (10, 0), "nvfp4dq": (10, 0)}
+ON_THE_CPU = "TorchAOBackend(TorchAOBackendConfig(quantization='int8wo', mode=None))"
 
 
 @dataclasses.dataclass
 class TorchAOBackendConfig(BackendConfig):
-    """quantization: a preset (int8wo, int8dq, fp8wo, fp8dq); or quantization_config: a torchao config
-    object, which replaces the preset (kept in torchao's JSON form, so checkpoints never pickle it). Then torch.compile with mode,
-    fullgraph and dynamic, unless compile is False."""
+    """quantization: a preset (int8wo, int8dq, fp8wo, fp8dq, mxfp8dq, nvfp4dq); or quantization_config: a
+    torchao config object, which replaces the preset (kept in torchao's JSON form, so checkpoints never
+    pickle it). Then torch.compile with mode, fullgraph and dynamic, unless compile is False.
+    The defaults are AITune's: fp8wo, compiled with max-autotune. fp8 presets need a CUDA GPU of compute
+    capability 8.9 or more, the MX and NVFP4 ones 10.0: elsewhere the build fails at once, naming the
+    config to write (on the CPU: ON_THE_CPU).
+    filter_fqns: quantize only the modules of these names (as model.named_modules() gives them; None:
+    every layer torchao takes). AITune's filter_fn, a function, cannot travel to a worker or into a
+    checkpoint: it is refused, naming filter_fqns."""
 
     # quantization_config is left out: a torchao config object of any shape loads only from a trusted file
-    safe_fields = {"quantization": SAFE, "compile": SAFE, "mode": SAFE, "fullgraph": SAFE, "dynamic": SAFE}
+    safe_fields = {"quantization": SAFE, "filter_fqns": SAFE, "compile": SAFE, "mode": SAFE, "fullgraph": SAFE,
+                   "dynamic": SAFE}
 
-    quantization: str | None = "int8wo"
+    quantization: str | None = "fp8wo"   # int8wo, int8dq, fp8wo (AITune's default, CUDA 8.9+), fp8dq, mxfp8dq, nvfp4dq
     quantization_config: Any = None
     compile: bool = True
-    mode: str | None = None
+    mode: str | None = "max-autotune"
     fullgraph: bool = False
     dynamic: bool | None = None
+    filter_fqns: list | None = None   # quantize only the modules of these names (model.named_modules()); null: all
+    filter_fn: dataclasses.InitVar[Any] = None   # AITune's; refused below, never stored
 
-    def __post_init__(self):
+    def __post_init__(self, filter_fn: Any = None):
+        if filter_fn is not None:
+            raise ConfigError("TorchAOBackendConfig(filter_fn=...): a function cannot be sent to a worker or kept "
+                              "in a checkpoint; pass filter_fqns=[names of the modules to quantize, as "
+                              "model.named_modules() gives them] instead")
+        if self.filter_fqns is not None:
+            if not all(isinstance(n, str) for n in self.filter_fqns):
+                raise ConfigError(f"filter_fqns must be a list of module names, got {self.filter_fqns!r}")
+            self.filter_fqns = list(self.filter_fqns)
         if self.quantization_config is not None:
             if not isinstance(self.quantization_config, dict):
                 config_to_dict = import_quietly("torchao.core.config").config_to_dict
@@ -59,7 +81,29 @@ class TorchAOBackendConfig(BackendConfig):
         torchao = require("torchao", "torchao", "TorchAOBackend")
         if self.quantization_config is not None:
             return import_quietly("torchao.core.config").config_from_dict(self.quantization_config)
+        if self.quantization in ("mxfp8dq", "nvfp4dq"):   # unverified: needs a GPU of compute capability 10.0
+            from torchao.prototype.mx_formats import inference_workflow
+
+            if self.quantization == "mxfp8dq":
+                return inference_workflow.MXDynamicActivationMXWeightConfig(
+                    activation_dtype=torch.float8_e4m3fn, weight_dtype=torch.float8_e4m3fn)
+            return inference_workflow.NVFP4DynamicActivationNVFP4WeightConfig(use_dynamic_per_tensor_scale=True)
         return getattr(torchao.quantization, QUANTIZATIONS[self.quantization])()
+
+    def check_device(self, device: torch.device) -> None:
+        """Fail at once where the preset's kernels cannot run, naming the config to write instead."""
+        need = NEEDS_CAPABILITY.get(self.quantization or "")
+        if need is None:
+            return
+        if device.type != "cuda":
+            raise BuildError(f"TorchAOBackend quantization={self.quantization!r} (AITune's default is fp8wo) needs a "
+                             f"CUDA GPU of compute capability {need[0]}.{need[1]} or more, not {device}; on the CPU "
+                             f"write {ON_THE_CPU}")
+        have = torch.cuda.get_device_capability(device)
+        if have < need:
+            raise BuildError(f"TorchAOBackend quantization={self.quantization!r} needs compute capability "
+                             f"{need[0]}.{need[1]} or more; this GPU has {have[0]}.{have[1]}: write "
+                             "TorchAOBackendConfig(quantization='int8wo') (or 'int8dq')")
 
 
 class TorchAOBackend(Backend):
@@ -76,12 +120,17 @@ class TorchAOBackend(Backend):
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
         cfg = self.config
+        cfg.check_device(device)
         quant_config = cfg.torchao_config()
         from torchao.quantization import quantize_
 
         model = copy.deepcopy(module).to(device)
         quantizable = sum(1 for m in model.modules() if isinstance(m, nn.Linear))
-        quantize_(model, quant_config)
+        if cfg.filter_fqns is None:
+            quantize_(model, quant_config)
+        else:
+            names = set(cfg.filter_fqns)
+            quantize_(model, quant_config, filter_fn=lambda _module, fqn: fqn in names)
         self.quantized_layers, self.quantizable_layers = quantized_layers(model), quantizable
         if not self.quantized_layers:
             raise NotApplicableError(

@@ -13,18 +13,25 @@ from typing import Any
 
 from aitune_ray.checkpoint.format import FORMAT_VERSION
 from aitune_ray.checkpoint.loader import load_checkpoint
+from aitune_ray.checkpoint.storage import LocalTorchStorage, placed
 from aitune_ray.checkpoint.writer import save_checkpoint
 
-__all__ = ["FORMAT_VERSION", "load", "load_checkpoint", "save", "save_checkpoint"]
+__all__ = ["FORMAT_VERSION", "LocalTorchStorage", "load", "load_checkpoint", "save", "save_checkpoint"]
 
 
-def save(obj: Any, path: str | Path, *, signing_key: bytes | str | None = None) -> Path:
+def save(obj: Any, path: str | Path, storage: LocalTorchStorage | None = None, *,
+         signing_key: bytes | str | None = None) -> Path:
     """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file.
+    storage: a LocalTorchStorage whose base_folder path is taken relative to (default: path as given).
     With a signing_key (opt-in) the manifest is signed with HMAC-SHA256."""
-    return save_checkpoint(obj, Path(path), signing_key=signing_key)
+    target = placed(path, storage)
+    if storage is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(obj, target, signing_key=signing_key)
 
 
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *, backends: tuple = (),
+def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *,
+         storage: LocalTorchStorage | None = None, backends: tuple = (),
          providers: tuple = (), signing_key: bytes | str | None = None, allow_native_code: bool = False) -> Any:
     """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
 
@@ -34,5 +41,7 @@ def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *
     whose loader may run code (AOTInductor packages, TensorRT plans, Torch-TensorRT programs, ONNX EPContext
     engines) and config fields that name a program, a library, a file or a folder load only from a checkpoint
     signed with signing_key, or with allow_native_code=True (docs/security.md)."""
-    return load_checkpoint(obj, Path(path), device_map=device_map, allowed=(*backends, *providers),
+    if isinstance(device_map, LocalTorchStorage):   # AITune's order: load(module, path, storage, device_map)
+        storage, device_map = device_map, None
+    return load_checkpoint(obj, placed(path, storage), device_map=device_map, allowed=(*backends, *providers),
                            signing_key=signing_key, allow_native_code=allow_native_code)

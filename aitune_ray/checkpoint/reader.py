@@ -29,6 +29,8 @@ MAX_RATIO = 100  # parts are stored uncompressed; one that would inflate more th
 MAX_MEMBERS = 10_000  # manifest, hash, signature, and per module its weights and artifacts
 END, END64, LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 
+AITUNE_STATE = "state_dict.pt"   # what an AITune checkpoint pickles its state into
+
 
 class CheckpointArchive:
     """An open checkpoint archive. Use as a context manager; nothing is extracted until asked."""
@@ -130,6 +132,10 @@ class CheckpointArchive:
     def manifest(self, signing_key: bytes | str | None = None) -> dict:
         """The manifest, checked against the stored hash (and, given a key, its signature), its format
         version, its schema and the members."""
+        if fmt.MANIFEST not in self._infos and any(n.rsplit("/", 1)[-1] == AITUNE_STATE for n in self._infos):
+            raise CheckpointError(f"{self.path} is an AITune checkpoint: it holds pickled objects ({AITUNE_STATE}) and "
+                                  "is never loaded here; tune the model again with aitune_ray (wrap it in "
+                                  "aitune_ray.Module, then aitune_ray.tune(...) and aitune_ray.save(...))")
         if fmt.MANIFEST not in self._infos:
             raise CheckpointTruncatedError(f"{self.path} has no {fmt.MANIFEST}: it is truncated or is not an "
                                            "aitune-ray checkpoint")

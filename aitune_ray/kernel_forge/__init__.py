@@ -8,6 +8,8 @@ from aitune_ray.kernel_forge.kernel_provider import (
     FlashAttention2KernelProvider, FlashAttention4KernelProvider, InductorFunctionKernelProvider,
     InductorKernelGenerator, KernelGenerationResult, KernelGenerator, KernelProvider, KernelProviderState,
     SageAttentionKernelProvider, TorchSDPAKernelProvider, kernel_generator_from_dict, kernel_provider_from_dict)
+from aitune_ray.kernel_forge.kernel_provider_runtime import KernelProviderRuntime
+from aitune_ray.kernel_forge.kernel_utils import KernelUtils
 from aitune_ray.kernel_forge.optimizer import KernelOptimizer
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
@@ -16,7 +18,8 @@ from aitune_ray.kernel_forge.records import GenerationOutcome, ProviderBenchmark
 __all__ = [
     "FlashAttention2KernelProvider", "FlashAttention4KernelProvider", "FunctionData", "FunctionSample",
     "GenerationOutcome", "InductorFunctionKernelProvider", "InductorKernelGenerator", "KernelGenerationResult",
-    "KernelGenerator", "KernelOptimizationPlan", "KernelOptimizer", "KernelProvider", "KernelProviderState",
+    "KernelGenerator", "KernelOptimizationPlan", "KernelOptimizer", "KernelProvider", "KernelProviderRuntime",
+    "KernelProviderState", "KernelUtils",
     "ModuleFunctionKernelProfiler", "ProviderBenchmark", "SageAttentionKernelProvider", "TorchSDPAKernelProvider",
     "benchmark_mix", "benchmark_original", "benchmark_provider", "kernel_generator_from_dict",
     "kernel_provider_from_dict", "run_generator",

@@ -7,6 +7,8 @@ records per function: the distinct samples, each with how many calls had it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Any, NamedTuple
 
@@ -40,6 +42,35 @@ def sample_key(obj: Any) -> Any:
     except TypeError:
         return ("repr", type(obj).__name__, repr(obj))
     return ("V", type(obj).__name__, obj)
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(func: Any) -> dict[str, Any]:
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):   # a builtin without a signature: torch passes only what the caller gave
+        return {}
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def fit_keywords(func: Any, kwargs: dict, accepted: frozenset | None) -> dict:
+    """kwargs for a replacement of func that takes the keyword names in accepted (None: any keyword).
+    A Python-level functional (F.relu) hands the torch function machinery every keyword, defaults included
+    (inplace=False): one the replacement cannot take is left out when it is at func's default, so that a
+    kernel provider written as AITune's are, _infer(self, x), is called as the caller wrote F.relu(x).
+    A keyword away from its default is passed on, and a replacement that cannot take it fails there."""
+    if accepted is None or not kwargs or all(k in accepted for k in kwargs):
+        return kwargs
+    try:
+        defaults = _defaults(func)
+    except TypeError:   # an unhashable callable
+        return kwargs
+    return {k: v for k, v in kwargs.items()
+            if k in accepted or not (k in defaults and isinstance(v, _PLAIN) and type(v) is type(defaults[k])
+                                     and v == defaults[k])}
 
 
 def keep_sample(args: tuple, kwargs: dict) -> FunctionSample:

@@ -30,6 +30,7 @@ from aitune_ray.kernel_forge.evaluate import KERNEL_MEASURE, reference_outputs
 from aitune_ray.kernel_forge.function_samples import FunctionData
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import KernelGenerator
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
+from aitune_ray.kernel_forge.kernel_utils import KernelUtils, check_kernel_utils
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
@@ -100,6 +101,7 @@ class KernelOptimizer:
     measure: how each candidate's call mix is timed. final_rounds: rounds of the interleaved re-measure
     of close or cross-GPU finalists (0: decide on the separate medians); remeasure_margin: how close
     (kernel_forge.selection). warmup_iterations: unprofiled passes over the data first.
+    kernel_utils: AITune's option, accepted as its default KernelUtils() only (see kernel_forge.kernel_utils).
     kernel_profiler_factory: makes the profiler, given function_names. runner: where the benchmarks,
     generators and timings run (default: LocalRunner, in this process).
     After make_plan: summary (the profile per function), records (every candidate) and outcomes
@@ -112,7 +114,9 @@ class KernelOptimizer:
                  generation_timeout: float = DEFAULT_GENERATION_TIMEOUT, *, tolerance: float | None = None,
                  measure: MeasureConfig | None = None, final_rounds: int = 20, warmup_iterations: int = 2,
                  kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler,
-                 remeasure_margin: float = REMEASURE_MARGIN, runner: ForgeRunner | None = None):
+                 remeasure_margin: float = REMEASURE_MARGIN, runner: ForgeRunner | None = None,
+                 kernel_utils: KernelUtils | None = None):
+        check_kernel_utils(kernel_utils)   # AITune's option: only its default is meaningful here
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider)
         self.kernel_generators: list[KernelGenerator] = _as_list(kernel_generators, KernelGenerator)
         self.provider_min_time_share_percent = check_percent(provider_min_time_share_percent,

@@ -149,22 +149,32 @@ class KernelOptimizationPlan:
         """module itself for an empty plan, else a PlannedModule around it."""
         return module if self.is_empty else planned_module(module, self.mode())
 
+    def install(self, module: nn.Module) -> list:
+        """Hooks that make module's forward (in whichever thread calls it) use the plan's providers; the
+        handles, for the caller to remove. None for an empty plan."""
+        if not self.providers:
+            return []
+        mode = self.mode()
+
+        def enter(_module, _args):
+            mode.__enter__()
+
+        def leave(_module, _args, _output):
+            mode.__exit__(None, None, None)
+
+        handles = [module.register_forward_pre_hook(enter, prepend=True)]
+        try:
+            handles.append(module.register_forward_hook(leave, always_call=True))
+        except Exception:
+            handles[0].remove()
+            raise
+        return handles
+
     @contextlib.contextmanager
     def apply(self, module: nn.Module) -> Iterator[None]:
         """Inside the block, module's forward (in whichever thread calls it) uses the plan's providers;
         gradients are off, as for inference."""
-        handles = []
-        if self.providers:
-            mode = self.mode()
-
-            def enter(_module, _args):
-                mode.__enter__()
-
-            def leave(_module, _args, _output):
-                mode.__exit__(None, None, None)
-
-            handles.append(module.register_forward_pre_hook(enter, prepend=True))
-            handles.append(module.register_forward_hook(leave, always_call=True))
+        handles = self.install(module)
         try:
             with torch.no_grad():
                 yield

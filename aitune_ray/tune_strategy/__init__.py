@@ -5,6 +5,8 @@ from aitune_ray.tune_strategy.max_throughput_strategy import MaxThroughputStrate
 from aitune_ray.tune_strategy.one_backend_strategy import OneBackendStrategy
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
+from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode
 
-__all__ = ["FirstWinsStrategy", "MaxThroughputStrategy", "OneBackendStrategy", "TuneStrategy",
+__all__ = ["FirstWinsStrategy", "MaxThroughputStrategy", "OneBackendStrategy", "PerformanceValidationMode",
+           "TuneStrategy",
            "ModuleReport", "TuningReport"]

@@ -34,7 +34,7 @@ class MaxThroughputStrategy(TuneStrategy):
 
     overlap_baseline = True   # eager is timed again beside the finalists before the decision
 
-    def __init__(self, backends, *, remeasure_margin: float = 0.10, dispatch_by_batch_size: bool = False,
+    def __init__(self, backends=None, *, remeasure_margin: float = 0.10, dispatch_by_batch_size: bool = False,
                  **kwargs):
         super().__init__(backends, **kwargs)
         self.remeasure_margin = remeasure_margin

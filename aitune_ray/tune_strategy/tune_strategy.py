@@ -11,7 +11,10 @@ from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError
 from aitune_ray.measure.timing import MeasureConfig, Timing, merge_timings
 from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.max_batch import check_limit
+from aitune_ray.tune_strategy.defaults import default_backends
 from aitune_ray.tune_strategy.performance_validation import GateOutcome, could_pass, evaluate, judged_early
+from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode, speedup_ratio, validation_mode
 from aitune_ray.tune_strategy.report import ModuleReport
 
 logger = logging.getLogger(__name__)
@@ -22,8 +25,11 @@ class TuneStrategy(ABC):
 
     tolerance: relative L2 error bound for every floating output (None: each backend's own default, else
         a per-dtype default), or a dict mapping backend class names to bounds.
+    backends: the candidates (None: AITune's default list for this strategy and workflow, "aot" or "jit";
+        for_aot()/for_jit() name the workflow).
     min_speedup_ratio: a backend must run the recorded mix at least (1 + this) times faster than eager,
         read on the lower bound of the confidence interval of its speedup (see performance_validation).
+    min_speedup_threshold_percent: AITune's name for it, in percent (1.0 is 0.01, the default); give one.
     noise_tolerance: and at no recorded batch size may that interval lie below 1 - this.
     deploy_check_rounds: paired rounds of the post-deploy check (the wrapped Module, as deployed, against
         eager; see tune_strategy.deploy). 0 turns the check off.
@@ -43,9 +49,13 @@ class TuneStrategy(ABC):
     #: beside their finalists before deciding).
     overlap_baseline = False
 
-    def __init__(self, backends: Iterable[Backend], *, tolerance: float | dict[str, float] | None = None,
-                 min_speedup_ratio: float = 0.01, noise_tolerance: float = 0.03,
-                 measure_config: MeasureConfig | None = None, deploy_check_rounds: int = 20):
+    def __init__(self, backends: Iterable[Backend] | None = None, *, tolerance: float | dict[str, float] | None = None,
+                 min_speedup_ratio: float | None = None, noise_tolerance: float = 0.03,
+                 measure_config: MeasureConfig | None = None, deploy_check_rounds: int = 20,
+                 min_speedup_threshold_percent: float | None = None, workflow: str = "aot"):
+        if backends is None:   # AITune's defaults for this strategy and workflow (tune_strategy.defaults)
+            backends = default_backends(type(self).__name__, workflow)
+        self.workflow = workflow
         self.backends = list(backends)
         for b in self.backends:
             if not isinstance(b, Backend):
@@ -56,17 +66,61 @@ class TuneStrategy(ABC):
         if len(set(keys)) != len(keys):
             raise ConfigError(f"{type(self).__name__} was given the same backend and config twice")
         self.tolerance = tolerance
-        self.min_speedup_ratio = min_speedup_ratio
+        self.min_speedup_ratio = speedup_ratio(min_speedup_ratio, min_speedup_threshold_percent)
         self.noise_tolerance = noise_tolerance
         self.measure_config = measure_config or MeasureConfig()
-        self.performance_validation = True
+        self.performance_validation_mode = PerformanceValidationMode.ENABLED
+        self.find_max_batch_size_enabled = False
+        self.find_max_batch_size_limit: int | None = None
         if deploy_check_rounds < 0:
             raise ConfigError(f"deploy_check_rounds must not be negative, got {deploy_check_rounds}")
         self.deploy_check_rounds = deploy_check_rounds
 
-    def enable_performance_validation(self, enabled: bool = True) -> "TuneStrategy":
-        """Turn the comparison with the eager baseline on (default) or off."""
-        self.performance_validation = enabled
+    @classmethod
+    def for_aot(cls, **kwargs) -> "TuneStrategy":
+        """AITune's AOT workflow: its default AOT candidates unless backends= is given."""
+        return cls(workflow="aot", **kwargs)
+
+    @classmethod
+    def for_jit(cls, **kwargs) -> "TuneStrategy":
+        """AITune's JIT workflow: its default JIT candidates unless backends= is given."""
+        return cls(workflow="jit", **kwargs)
+
+    @property
+    def min_speedup_threshold_percent(self) -> float:
+        """AITune's name for min_speedup_ratio, in percent."""
+        return self.min_speedup_ratio * 100.0
+
+    @property
+    def performance_validation(self) -> bool:
+        """Whether the comparison with eager takes part in the choice (the mode is ENABLED)."""
+        return self.performance_validation_mode is PerformanceValidationMode.ENABLED
+
+    def enable_performance_validation(self, mode: PerformanceValidationMode | str | bool = True) -> "TuneStrategy":
+        """ENABLED (or True, the default): a candidate must beat eager; DIAGNOSTIC: the comparison is reported
+        only; DISABLED (or False): not used either. Any other value is a ConfigError."""
+        self.performance_validation_mode = validation_mode(mode)
+        return self
+
+    def enable_correctness_check(self, enable: bool = True) -> "TuneStrategy":
+        """Correctness is always checked here (relative L2 error against eager, NaN/Inf, shapes): True is
+        accepted; False is refused, naming the option that loosens the check."""
+        if not isinstance(enable, bool):
+            raise ConfigError(f"enable_correctness_check takes a bool, got {enable!r}")
+        if not enable:
+            raise ConfigError("the correctness check cannot be turned off here; to accept larger differences "
+                              "from eager, pass tolerance=<relative L2 bound> (or a dict by backend class name) "
+                              "to the strategy")
+        return self
+
+    def enable_find_max_batch_size(self, enable: bool = True, *, limit: int | None = None) -> "TuneStrategy":
+        """Before tuning, find the largest batch the module runs on the device (doubling, then bisection)
+        and add it to the recorded batch sizes (see aitune_ray.max_batch). limit: the largest batch tried
+        (default: max_batch.CPU_LIMIT on the CPU). Off by default here, on in AITune's AOT workflow."""
+        if not isinstance(enable, bool):
+            raise ConfigError(f"enable_find_max_batch_size takes a bool, got {enable!r}")
+        self.find_max_batch_size_enabled = enable
+        self.find_max_batch_size_limit = check_limit(limit)
         return self
 
     @property
@@ -85,8 +139,12 @@ class TuneStrategy(ABC):
 
     def gate(self, result: BuildResult, baseline: dict[int, Timing], mix: dict[int, int], *,
              paired: bool = False, final: bool = True) -> GateOutcome:
-        return evaluate(result, baseline, mix, enabled=self.performance_validation, paired=paired, final=final,
-                        min_speedup_ratio=self.min_speedup_ratio, noise_tolerance=self.noise_tolerance)
+        outcome = evaluate(result, baseline, mix, enabled=self.performance_validation, paired=paired, final=final,
+                           min_speedup_ratio=self.min_speedup_ratio, noise_tolerance=self.noise_tolerance)
+        if self.performance_validation_mode is PerformanceValidationMode.DIAGNOSTIC:
+            outcome.reason = f"performance validation diagnostic: {outcome.mix_speedup:.3f}x over the recorded mix, " \
+                             "reported, not used for the choice"
+        return outcome
 
     def tune(self, context: TuneContext, executor: Executor) -> ModuleReport:
         """Run the candidates through executor and fill a report; report.chosen is None for eager."""

@@ -11,14 +11,17 @@ providers without seeing any sample again.
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import logging
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 
 from aitune_ray.errors import ConfigError
-from aitune_ray.kernel_forge.function_samples import FunctionSample
+from aitune_ray.kernel_forge.function_samples import FunctionSample, fit_keywords
 from aitune_ray.kernel_forge.kernel_provider.registry import CLASS_KEY, PROVIDERS, TYPE_KEY, class_path
 from aitune_ray.measure.correctness import default_tolerance
 
@@ -27,6 +30,18 @@ logger = logging.getLogger(__name__)
 SDPA_FUNCTION = "scaled_dot_product_attention"
 READY_KEY = "ready"
 
+
+@functools.lru_cache(maxsize=None)
+def _keywords_of(cls: type) -> frozenset | None:
+    """The keyword names cls._infer takes (None: any, through **kwargs)."""
+    try:
+        parameters = inspect.signature(cls._infer).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters
+                     if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))
 
 
 class KernelProviderState(str, enum.Enum):
@@ -111,6 +126,8 @@ class KernelProvider(ABC):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.is_ready:
             raise RuntimeError(f"kernel provider {self.name} must be prepared before inference")
+        if kwargs:   # called as the caller wrote the call (function_samples.fit_keywords)
+            kwargs = fit_keywords(getattr(F, self.supported_function, None), kwargs, _keywords_of(type(self)))
         return self._infer(*args, **kwargs)
 
     @abstractmethod

@@ -1,0 +1,163 @@
+"""AITune's dataset semantics: each dataset item is one sample; tune() builds batches of them.
+
+An item is a tensor (one positional input), a tuple or list (positional inputs), a dict (keyword inputs),
+or a pair ``(args, kwargs)`` (a tuple or list, then a dict). Items are stacked along a new first
+dimension: tensors with torch.stack, numpy arrays likewise, strings into lists, numbers into a tensor,
+nested dicts key by key. A dataset shorter than a batch is cycled to fill one batch. Items whose inputs
+cannot be stacked (different shapes, unknown types) fail at once with an error that names the item and
+says what to write instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from aitune_ray.errors import DatasetError
+
+DEFAULT_BATCH_SIZES = (1, 2)   # AITune 0.6.0's tune() default
+AS_GIVEN_HINT = "pass call_as_given=True to tune() to call the function with each item as given"
+
+
+def _stack(values: list, where: str) -> Any:
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        shapes = {tuple(v.shape) for v in values}
+        if len(shapes) > 1:
+            raise DatasetError(f"{where}: items of different shapes {sorted(shapes)} cannot be stacked into one "
+                               f"batch; {AS_GIVEN_HINT}, or give one dataset per shape")
+        return torch.stack(values)
+    if type(first).__module__ == "numpy" and hasattr(first, "shape"):
+        import numpy as np
+
+        return torch.from_numpy(np.stack(values))
+    if isinstance(first, str):
+        return list(values)
+    if isinstance(first, bool | int | float):
+        return torch.tensor(values)
+    if isinstance(first, Mapping):
+        return {k: _stack([v[k] for v in values], f"{where}[{k!r}]") for k in first}
+    if first is None:
+        return None
+    raise DatasetError(f"{where}: a {type(first).__name__} cannot be batched; {AS_GIVEN_HINT}")
+
+
+def _positional(items: list, where: str) -> list:
+    lengths = {len(i) for i in items}
+    if len(lengths) > 1:
+        raise DatasetError(f"{where}: items have different numbers of inputs {sorted(lengths)}")
+    return [_stack([i[n] for i in items], f"{where}, input {n}") for n in range(len(items[0]))]
+
+
+def _is_pair(item: Any) -> bool:
+    return (isinstance(item, tuple | list) and len(item) == 2 and isinstance(item[0], tuple | list)
+            and isinstance(item[1], Mapping))
+
+
+def collate(items: list) -> tuple[list, dict]:
+    """(args, kwargs) of one batch made of items (each one sample)."""
+    first = items[0]
+    kinds = {type(i) for i in items}
+    where = f"dataset items of type {first.__class__.__name__}"
+    if any(isinstance(i, Mapping) for i in items) and not all(isinstance(i, Mapping) for i in items):
+        raise DatasetError(f"dataset mixes dicts and other items ({sorted(k.__name__ for k in kinds)}): "
+                           "every item must have the same form")
+    if _is_pair(first):
+        return _positional([i[0] for i in items], where), _stack([i[1] for i in items], where)
+    if isinstance(first, Mapping):
+        return [], _stack(items, where)
+    if isinstance(first, tuple | list):
+        return _positional(items, where), {}
+    return [_stack(items, where)], {}
+
+
+class DataLoaderFactory:
+    """AITune's DataLoaderFactory: makes a torch DataLoader of the dataset at a given batch size.
+
+    dataset: a sequence or torch Dataset of samples. collate_fn: turns a list of samples into one batch
+    (default: collate, which returns (args, kwargs)); a custom one returns a tensor, a tuple/list of
+    positional inputs, a dict of keyword inputs or an (args, kwargs) pair, as AITune reads it.
+    num_workers: the DataLoader's worker processes.
+    """
+
+    def __init__(self, dataset: Any, collate_fn: Callable | None = None, num_workers: int = 0):
+        self.dataset = dataset
+        self.collate_fn = collate_fn
+        self.num_workers = num_workers
+
+    def create_dataloader(self, batch_size: int) -> torch.utils.data.DataLoader:
+        dataset = self.dataset
+        if len(dataset) < batch_size:   # too few samples for one batch: cycle them to fill it
+            dataset = [dataset[i % len(dataset)] for i in range(batch_size)]
+        collate_fn = self.collate_fn or _default_collate
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn,
+                                           drop_last=True, num_workers=self.num_workers)
+
+
+class _Batch(tuple):
+    """What the default collate_fn returns: (args, kwargs), told apart from a user's own pair."""
+
+    def __new__(cls, args: list, kwargs: dict):
+        return super().__new__(cls, (args, kwargs))
+
+
+def _default_collate(items: list) -> _Batch:
+    return _Batch(*collate(items))
+
+
+def _split(batch: Any) -> tuple[list, dict]:
+    if isinstance(batch, _Batch):
+        return batch[0], batch[1]
+    if isinstance(batch, Mapping):
+        return [], dict(batch)
+    if isinstance(batch, torch.Tensor):
+        return [batch], {}
+    if _is_pair(batch):
+        return list(batch[0]), dict(batch[1])
+    if isinstance(batch, Sequence) and not isinstance(batch, str):
+        return list(batch), {}
+    return [batch], {}
+
+
+def as_factory(dataset: Any) -> DataLoaderFactory:
+    """dataset as a DataLoaderFactory: a tensor is one sample; an iterable without len() is read once."""
+    if isinstance(dataset, DataLoaderFactory):
+        return dataset
+    if isinstance(dataset, torch.Tensor):
+        return DataLoaderFactory([dataset])
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or isinstance(dataset, Mapping):
+        if isinstance(dataset, Mapping):
+            raise DatasetError("the dataset is a dict: give a list of dicts (each one sample of keyword inputs)")
+        dataset = list(dataset)
+    return DataLoaderFactory(dataset)
+
+
+def check_batch_sizes(batch_sizes: Iterable[int] | None) -> list[int]:
+    """batch_sizes as given (AITune's default [1, 2] for None or empty); each a positive int."""
+    sizes = list(batch_sizes) if batch_sizes else list(DEFAULT_BATCH_SIZES)
+    for size in sizes:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise DatasetError(f"batch_sizes must be positive integers, got {size!r}")
+    return sizes
+
+
+def batches(dataset: Any, batch_sizes: Iterable[int] | None = None,
+            max_num_batches_per_batch_size: int | None = None) -> Iterator[tuple[int, list, dict]]:
+    """(batch size, args, kwargs) for every batch: all batches of the first size, then of the next.
+
+    max_num_batches_per_batch_size: at most this many batches of each size (None: every full batch)."""
+    if max_num_batches_per_batch_size is not None and (not isinstance(max_num_batches_per_batch_size, int)
+                                                       or max_num_batches_per_batch_size < 1):
+        raise DatasetError("max_num_batches_per_batch_size must be a positive integer or None, "
+                           f"got {max_num_batches_per_batch_size!r}")
+    factory = as_factory(dataset)
+    if len(factory.dataset) == 0:
+        raise DatasetError("the dataset is empty: tune() needs at least one item to record real inputs")
+    for size in check_batch_sizes(batch_sizes):
+        loader = factory.create_dataloader(size)
+        for batch in itertools.islice(loader, max_num_batches_per_batch_size):
+            args, kwargs = _split(batch)
+            yield size, args, kwargs
