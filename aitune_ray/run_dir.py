@@ -387,9 +387,11 @@ class JournalingExecutor(Executor):
     def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         return self._start(context, jobs, early=True)
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        return self.inner.remeasure(context, results, baseline)
+    def confirm(self, context: TuneContext, results: list[BuildResult]):
+        return self.inner.confirm(context, results)
+
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        self.inner.release(context, result)
 
     def materialize(self, context: TuneContext, result: BuildResult):
         return self.inner.materialize(context, result)

@@ -41,18 +41,19 @@ from aitune_ray.cluster import layout, lean_start
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.handle import RayRunHandle
+from aitune_ray.decision.session import CONFIRM_ROUNDS, Session
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.cluster.pool import ActorPool, Slot
 from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
-from aitune_ray.failures import classify, short
+from aitune_ray.failures import short
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.measure.turns import shares_gpu, turns_for
 from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.warm_up import WARM_UP_MODES
-from aitune_ray.worker import finalist, remeasured_eager
+from aitune_ray.worker import confirm_session, confirmed, finalist
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class RayExecutor(Executor):
     log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
-    remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    remeasure_rounds: paired shuffled rounds per recorded batch size of the confirm session (aitune_ray.decision).
     warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
         (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
@@ -139,7 +140,7 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
-                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
+                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = CONFIRM_ROUNDS,
                  warm_up: str = "compile"):
         if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
@@ -160,6 +161,7 @@ class RayExecutor(Executor):
         self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
+        self._restores: dict[tuple[str, str], Backend] = {}   # finalists restored here by a confirm session
         self.warm_up = warm_up
         self._pool: ActorPool | None = None
         self._starting: Background | None = None   # a local Ray's start, under way on its own thread
@@ -551,45 +553,68 @@ class RayExecutor(Executor):
             self._driver_baseline.add(context.name)
         return handle
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        # Always, as inline: numbers of one GPU taken at different times drift too. On the GPU that measured
-        # most finalists, which has them built already.
-        identities = collections.Counter((r.node, r.gpu) for r in results)
+    def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session: on this driver when it holds the target device (the CPU, or the GPU it times
+        eager on, see _driver_times), with each finalist restored here as materialize() then deploys it (the
+        very objects); else on one actor, the one on the GPU that built most finalists (which restores
+        fewest). A session that fails (a finalist's restore aside) keeps eager: it is not run again elsewhere."""
         if not results:
-            return None
+            return Session.failure("no finalists")
+        if torch.device(context.device).type == "cpu" or self._driver_times(context):
+            return self._confirm_here(context, results)
+        identities = collections.Counter((r.node, r.gpu) for r in results)
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         best = identities.most_common(1)[0][0]
-        prefer = {best}
-        # Among the actors on that GPU (several may share it), the one that built most finalists restores fewest.
         holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
-        holder = holders.most_common(1)[0][0] if holders else ""
-        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
-            started = time.monotonic()
-            self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
-                      finalists=[r.key for r in results])
+        slot = self._slot(prefer={best}, holder=holders.most_common(1)[0][0] if holders else "")
+        started = time.monotonic()
+        self.emit(context, "remeasuring", task="remeasure", where=slot.identity(), finalists=[r.key for r in results])
+        try:
+            out = self._call(slot, "confirm", (context.name, self._box(context), self._intent(context), payload,
+                                               self.remeasure_rounds, context.measure.to_dict()),
+                             f"confirm session of {context.name}")
+        except BuildError as exc:
+            self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
+                      elapsed_s=time.monotonic() - started)
+            return Session.failure(str(exc), " ".join(str(v) for v in slot.identity().values() if v))
+        self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok",
+                  where=slot.identity(), elapsed_s=time.monotonic() - started)
+        logger.info("[%s] confirm session of %d finalists from %d GPUs on %s %s", context.name, len(results),
+                    len(identities), out.get("node"), out.get("gpu"))
+        return confirmed(results, out)
+
+    def _confirm_here(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session on this driver, on finalists restored here and kept for materialize()."""
+        where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"}
+        started = time.monotonic()
+        self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
+        backends, errors = {}, {}
+        for r in results:
             try:
-                out = self._call(slot, "remeasure", (context.name, self._box(context), self._intent(context),
-                                                     payload, self.remeasure_rounds, context.measure.to_dict()),
-                                 f"re-measurement of {context.name}")
-                break
-            except BuildError as exc:
-                self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
-                          elapsed_s=time.monotonic() - started)
-                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
-                # (the text, not the exception: a kept log record would keep its frames and their locals)
-                if attempt == 2 or not lost or not self.pool.alive():
-                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
-                    return None
-                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
-                prefer = None
-        self.emit(context, "done", task="remeasure", status="ok", where=slot.identity(),
+                backends[r.key] = self._restored(context, r)
+            except Exception as exc:  # noqa: BLE001 - that finalist is left out, the others stand
+                logger.exception("[%s] cannot restore %s for the confirm session", context.name, r.key)
+                errors[r.key] = f"{type(exc).__name__}: {exc}"
+        try:
+            with turns_for(context.device, self.actors_share_gpus()).timing():
+                out = confirm_session(context.module, context.samples, context.device, backends, self.remeasure_rounds,
+                                      context.measure, Path(context.workdir) / "control")
+        finally:
+            for backend in backends.values():
+                backend.deactivate()
+        out.update(errors=errors, node=where["node"], gpu=where["gpu"])
+        self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok", where=where,
                   elapsed_s=time.monotonic() - started)
-        eager = remeasured_eager(results, out)
-        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
-                    len(out["results"]), len(identities), out["node"], out["gpu"])
-        return eager
+        return confirmed(results, out)
+
+    def _restored(self, context: TuneContext, result: BuildResult) -> Backend:
+        """result's backend restored on this driver (once per module; materialize() hands out the same one)."""
+        key = (context.name, result.key)
+        if key not in self._restores:
+            self._restores[key] = self._restore(context, result)
+        backend = self._restores[key]
+        backend.activate()
+        return backend
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
@@ -613,6 +638,14 @@ class RayExecutor(Executor):
         return sent
 
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
+        """The backend the confirm session timed on this driver, where it ran here; else restored now."""
+        held = self._restores.pop((context.name, result.key), None)
+        if held is not None:
+            held.activate()
+            return held
+        return self._restore(context, result)
+
+    def _restore(self, context: TuneContext, result: BuildResult) -> Backend:
         where = Path(context.workdir) / "materialized" / result.key
         files = artifacts.fetch(result.artifacts, where / "artifacts")
         if result.device.startswith("cuda") and not torch.cuda.is_available():
@@ -629,6 +662,8 @@ class RayExecutor(Executor):
 
     def discard(self, context: TuneContext) -> None:
         self._boxes.pop(context.name, None)
+        for key in [k for k in self._restores if k[0] == context.name]:
+            self._restores.pop(key).deactivate()
         if self.pool is not None:
             for slot in self.pool.alive():
                 slot.actor.discard.remote(context.name)

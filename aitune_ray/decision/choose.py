@@ -10,10 +10,13 @@ from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_
 
 
 def decide(session: Session | None, finalists: list[str], mix: dict[int, int], rule: Rule, *,
-           dispatch: bool = False, screened: dict | None = None, pruned: dict | None = None) -> Verdict:
+           dispatch: bool = False, screened: dict | None = None, pruned: dict | None = None,
+           family: int = 0) -> Verdict:
     """The decision on session for finalists (best first by screening). dispatch: each batch size may go to
     the best candidate accepted at that size; the composite is then judged by the same rule, as one more
-    hypothesis (K counts it), and chosen over the single winner when its median over the mix is higher."""
+    hypothesis (K counts it), and chosen over the single winner when its median over the mix is higher.
+    family: K at least this (a strategy that confirms candidates one session at a time, FirstWins, counts
+    every candidate it may confirm)."""
     def verdict(chosen, kind, **extra) -> Verdict:
         return Verdict(chosen, kind, screened=dict(screened or {}), pruned=dict(pruned or {}),
                        min_speedup_ratio=rule.min_speedup_ratio, noise_tolerance=rule.noise_tolerance, **extra)
@@ -30,7 +33,7 @@ def decide(session: Session | None, finalists: list[str], mix: dict[int, int], r
         return verdict(None, CONFIRM_FAILED, where=session.where,
                        why="no finalist could be timed in the confirm session: " + "; ".join(
                            f"{k}: {why}" for k, why in errors.items()))
-    k = len(timed) + (1 if dispatch and len(mix) > 1 else 0)
+    k = max(family, len(timed) + (1 if dispatch and len(mix) > 1 else 0))
     common = dict(confidence=rule.confidence(k), finalists=k, rounds=session.rounds, where=session.where)
     judgements = {key: judge(key, session.eager, session.candidates[key], mix, rule, k) for key in timed}
     if not rule.enabled:

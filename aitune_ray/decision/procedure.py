@@ -18,10 +18,10 @@ logger = logging.getLogger(__name__)
 
 def choose(screens: dict[str, dict | None], confirm: Callable[[list[str]], Session], mix: dict[int, int],
            rule: Rule, *, max_finalists: int = MAX_FINALISTS, dispatch: bool = False,
-           order: list[str] | None = None) -> Verdict:
+           order: list[str] | None = None, family: int = 0) -> Verdict:
     """The verdict on the candidates whose screening numbers are screens (key -> BuildResult.screen, in
     the strategy's order). confirm(finalists) runs their confirm session; one that raises is a failed
-    session (eager is kept, and the verdict says why)."""
+    session (eager is kept, and the verdict says why). family: as in decide."""
     finalists, pruned, screened = shortlist(screens, mix, max_finalists, order)
     session = None
     if finalists:
@@ -30,4 +30,5 @@ def choose(screens: dict[str, dict | None], confirm: Callable[[list[str]], Sessi
         except Exception as exc:  # noqa: BLE001 - a failed session is a verdict, never a decision on other numbers
             logger.warning("the confirm session failed: %s: %s", type(exc).__name__, exc)
             session = Session.failure(f"{type(exc).__name__}: {exc}")
-    return decide(session, finalists, mix, rule, dispatch=dispatch, screened=screened, pruned=pruned)
+    return decide(session, finalists, mix, rule, dispatch=dispatch, screened=screened, pruned=pruned,
+                  family=family)

@@ -128,16 +128,6 @@ class Timing:
         return cls(**data)
 
 
-def merge_timings(first: Timing, second: Timing) -> Timing:
-    """One timing of the bursts of both, in order (rounds of a second side-by-side pass follow the first)."""
-    merged = _stats(first.samples_ms() + second.samples_ms(), first.batch_size)
-    merged.calls_per_burst = max(first.calls_per_burst, second.calls_per_burst)
-    merged.recompiles = first.recompiles + second.recompiles
-    merged.latency_p50_ms, merged.latency_p90_ms = first.latency_p50_ms, first.latency_p90_ms
-    merged.event_ms = first.event_ms
-    return merged
-
-
 # ----- the clock -------------------------------------------------------------------------------
 
 _clock: Callable[[], float] = time.perf_counter
@@ -218,6 +208,11 @@ def burst_length(fn: Callable[[], object], device: torch.device, burst_ms: float
     probe = max(min_burst, min(max_burst, math.ceil(burst_ms / 4 / max(single, 1e-4))))
     per_call = _time_once(fn, device, probe)
     return max(min_burst, 1, min(max_burst, math.ceil(burst_ms / max(per_call, 1e-4))))
+
+
+def summary(times: list[float], batch_size: int) -> Timing:
+    """A Timing of per-burst (or per-round) milliseconds per call, in the order taken."""
+    return _stats(times, batch_size)
 
 
 def _stats(times: list[float], batch_size: int) -> Timing:
