@@ -93,8 +93,7 @@ class TestOneNode:
         """A strategy's burst length reaches the side-by-side re-measure, on the worker of either path: one
         call per burst here, where the default's 5 ms bursts hold many calls of these sub-millisecond ones."""
         single_calls = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2, cpu_burst_ms=0.0)
-        strategy = ait.MaxThroughputStrategy([fast(tag=31), fast(tag=32)], measure_config=single_calls,
-                                             remeasure_margin=100.0)
+        strategy = ait.MaxThroughputStrategy([fast(tag=31), fast(tag=32)], measure_config=single_calls)
         module = recorded(f"measure-config-{where}", strategy)
         report = module.tune(executor=InlineExecutor(remeasure_rounds=5) if where == "inline" else executor)
         assert report.remeasured_baseline
@@ -224,7 +223,7 @@ class TestOneNode:
         assert result.gpu != executor.pool.slots[timed_eager[0]].identity()["gpu"]   # on the other actor
 
     def test_remeasure_when_finalists_ran_on_different_gpus(self, executor):
-        strategy = max_throughput([fast(tag=1), fast(tag=2)], remeasure_margin=100.0)
+        strategy = max_throughput([fast(tag=1), fast(tag=2)])
         report = recorded("remeasure", strategy).tune(executor=executor)
         assert len({r.gpu for r in report.results}) == 2
         assert report.remeasured_baseline and set(report.remeasured_baseline) == {1, 4}
@@ -235,7 +234,7 @@ class TestOneNode:
         assert all(r["timings"] and r["remeasured"] for r in data["results"])
         rows = report.rows()
         assert all(f"raw_ms_per_call_bs{bs}" in row for row in rows for bs in (1, 4))
-        assert "Re-measured side by side" in report.markdown()
+        assert "Confirm session (side by side" in report.markdown()
 
     def test_finalists_measured_on_one_gpu_are_remeasured_there_too(self, executor):
         """Numbers of one GPU taken at different times drift as well: they are re-measured beside eager."""
@@ -244,8 +243,9 @@ class TestOneNode:
         where = executor.pool.alive()[1].identity()
         same = [BuildResult(key=k, backend="FastBackend", spec=fast(tag=i).spec(), status=OK, node=where["node"],
                             gpu=where["gpu"]) for i, k in enumerate("ab")]
-        eager = executor.remeasure(context, same, {})
-        assert set(eager) == {1, 4} and all(t.runs == 5 for t in eager.values())
+        session = executor.confirm(context, same)
+        assert not session.failed and set(session.eager) == {1, 4} and session.rounds == 5
+        assert set(session.control) == {1, 4} and set(session.candidates) == {"a", "b"}   # the A/A control too
         assert all(set(r.remeasured) == {1, 4} for r in same)
 
     def test_ctrl_c_cancels_outstanding_work(self, executor):
@@ -317,7 +317,7 @@ def test_artifacts_built_on_another_node_reach_the_checkpoint(tmp_path):
         ray_init(address=cluster.address)
         head = ray.get_runtime_context().get_node_id()
         onnx = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False))
-        strategy = max_throughput([onnx, WeightsAotBackend()], remeasure_margin=100.0)
+        strategy = max_throughput([onnx, WeightsAotBackend()])
         strategy.enable_performance_validation(False)
         module = recorded("two-nodes", strategy)
         with RayExecutor(inline_artifact_limit_mb=0, remeasure_rounds=3, task_timeout_s=120,
@@ -650,7 +650,7 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
     ray_init(num_cpus=2, num_gpus=1)
     executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
     try:
-        module = recorded("holder", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)], remeasure_margin=10.0))
+        module = recorded("holder", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)]))
         report = module.tune(executor=executor)
         stats = executor.actor_stats()
     finally:
@@ -680,12 +680,12 @@ def test_the_re_measure_goes_to_the_actor_that_built_most_finalists_even_when_it
     executor.pool = type("Pool", (), {"alive": staticmethod(lambda: slots)})()
     called = []
     monkeypatch.setattr(executor, "_call", lambda slot, *args: called.append(slot) or {
-        "eager": {}, "results": {}, "errors": {}, "node": "host", "gpu": "H200 #0"})
+        "eager": {}, "control": {}, "results": {}, "errors": {}, "node": "host", "gpu": "H200 #0"})
     monkeypatch.setattr(executor, "_box", lambda context: [None, None])
     context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cpu"), workdir=tmp_path)
     results = [BuildResult(key=f"k{i}", backend="B", spec={}, status=OK, log_path=f"actor{a}.1.log", **where[a])
                for i, a in enumerate(built)]
-    executor.remeasure(context, results, {})
+    executor.confirm(context, results)
     assert called == [slots[expected]]
 
 

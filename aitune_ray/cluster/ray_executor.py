@@ -48,7 +48,7 @@ from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task, TaskRunner
 from aitune_ray.device import gpu_identity, parse_device
 from aitune_ray.errors import BuildError, ClusterError, ConfigError, DeviceError
-from aitune_ray.failures import short
+from aitune_ray.failures import classify, short
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.measure.turns import shares_gpu, turns_for
 from aitune_ray.results import CRASHED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
@@ -554,29 +554,39 @@ class RayExecutor(Executor):
         return handle
 
     def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
-        """The confirm session: on this driver when it holds the target device (the CPU, or the GPU it times
-        eager on, see _driver_times), with each finalist restored here as materialize() then deploys it (the
-        very objects); else on one actor, the one on the GPU that built most finalists (which restores
-        fewest). A session that fails (a finalist's restore aside) keeps eager: it is not run again elsewhere."""
+        """The confirm session: on this driver when it holds the target GPU (where it times eager itself, see
+        _driver_times), with each finalist restored here as materialize() then deploys it (the very objects);
+        else on one actor, the one on the GPU that built most finalists (which restores fewest). A session
+        that fails (a finalist's restore aside) keeps eager: it is not run again elsewhere."""
         if not results:
             return Session.failure("no finalists")
-        if torch.device(context.device).type == "cpu" or self._driver_times(context):
+        if self._driver_times(context):
             return self._confirm_here(context, results)
         identities = collections.Counter((r.node, r.gpu) for r in results)
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         best = identities.most_common(1)[0][0]
+        prefer = {best}
         holders = collections.Counter(r.log_path for r in results if r.log_path and (r.node, r.gpu) == best)
-        slot = self._slot(prefer={best}, holder=holders.most_common(1)[0][0] if holders else "")
-        started = time.monotonic()
-        self.emit(context, "remeasuring", task="remeasure", where=slot.identity(), finalists=[r.key for r in results])
-        try:
-            out = self._call(slot, "confirm", (context.name, self._box(context), self._intent(context), payload,
-                                               self.remeasure_rounds, context.measure.to_dict()),
-                             f"confirm session of {context.name}")
-        except BuildError as exc:
-            self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
-                      elapsed_s=time.monotonic() - started)
-            return Session.failure(str(exc), " ".join(str(v) for v in slot.identity().values() if v))
+        holder = holders.most_common(1)[0][0] if holders else ""
+        for attempt in (1, 2):   # an actor that died in the session was replaced: a whole new session, elsewhere
+            slot = self._slot(prefer=prefer, holder=holder if attempt == 1 else "")
+            started = time.monotonic()
+            self.emit(context, "remeasuring", task="remeasure", where=slot.identity(),
+                      finalists=[r.key for r in results])
+            try:
+                out = self._call(slot, "confirm", (context.name, self._box(context), self._intent(context), payload,
+                                                   self.remeasure_rounds, context.measure.to_dict()),
+                                 f"confirm session of {context.name}")
+                break
+            except BuildError as exc:
+                self.emit(context, "done", task="remeasure", status=ERROR, where=slot.identity(),
+                          elapsed_s=time.monotonic() - started)
+                lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
+                if attempt == 2 or not lost or not self.pool.alive():
+                    return Session.failure(str(exc), " ".join(str(v) for v in slot.identity().values() if v))
+                logger.warning("[%s] the confirm session's actor was lost; a new session on another: %s",
+                               context.name, str(exc))
+                prefer = None
         self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok",
                   where=slot.identity(), elapsed_s=time.monotonic() - started)
         logger.info("[%s] confirm session of %d finalists from %d GPUs on %s %s", context.name, len(results),

@@ -22,7 +22,9 @@ def decide(session: Session | None, finalists: list[str], mix: dict[int, int], r
                        min_speedup_ratio=rule.min_speedup_ratio, noise_tolerance=rule.noise_tolerance, **extra)
 
     if not finalists:
-        return verdict(None, NO_CANDIDATE, why="no candidate built, was correct and survived screening")
+        if pruned:   # screened slower than eager, paired on one device at one moment: shown not faster
+            return verdict(None, NOT_FASTER, why="every candidate was slower than eager at its screening")
+        return verdict(None, NO_CANDIDATE, why="no candidate built correctly")
     if session is None or session.failed:
         return verdict(None, CONFIRM_FAILED, where=session.where if session else "",
                        why=session.failed if session else "no confirm session ran")

@@ -22,7 +22,7 @@ def choose(screens: dict[str, dict | None], confirm: Callable[[list[str]], Sessi
     """The verdict on the candidates whose screening numbers are screens (key -> BuildResult.screen, in
     the strategy's order). confirm(finalists) runs their confirm session; one that raises is a failed
     session (eager is kept, and the verdict says why). family: as in decide."""
-    finalists, pruned, screened = shortlist(screens, mix, max_finalists, order)
+    finalists, pruned, screened = shortlist(screens, mix, max_finalists, order, prune_slower=rule.enabled)
     session = None
     if finalists:
         try:

@@ -18,6 +18,7 @@ from aitune_ray.measure.statistics import Interval, paired_interval
 SCREEN_ROUNDS = 8           # paired rounds per recorded batch size, right after each build
 SCREEN_CONFIDENCE = 0.90    # of the screening interval (8 rounds: the 2nd smallest and 2nd largest ratio)
 MAX_FINALISTS = 3
+SLOWER_AT_SCREENING = "slower than eager at its screening"
 
 
 def screen_interval(screen: dict | None, mix: dict[int, int]) -> Interval | None:
@@ -34,11 +35,12 @@ def screen_interval(screen: dict | None, mix: dict[int, int]) -> Interval | None
 
 
 def shortlist(screens: dict[str, dict | None], mix: dict[int, int], max_finalists: int = MAX_FINALISTS,
-              order: list[str] | None = None) -> tuple[list[str], dict[str, str], dict[str, dict]]:
+              order: list[str] | None = None, prune_slower: bool = True) -> tuple[list[str], dict[str, str], dict[str, dict]]:
     """(finalists, pruned, screened) of the screened candidates (key -> BuildResult.screen, in the strategy's
     order): finalists best first by screening median, at most max_finalists; pruned: key -> why not a
     finalist; screened: key -> screening interval (plain dict). A candidate without screening numbers ranks
-    after every screened one, in the given order."""
+    after every screened one, in the given order. prune_slower: False keeps candidates wholly below 1 too
+    (performance validation off)."""
     order = order or list(screens)
     screened: dict[str, dict] = {}
     pruned: dict[str, str] = {}
@@ -49,8 +51,8 @@ def shortlist(screens: dict[str, dict | None], mix: dict[int, int], max_finalist
             ranked.append((float("-inf"), -position, key))
             continue
         screened[key] = interval.to_dict()
-        if interval.high < 1.0:
-            pruned[key] = f"screening: slower than eager ({interval.text()} over {interval.rounds} rounds)"
+        if prune_slower and interval.high < 1.0:
+            pruned[key] = f"{SLOWER_AT_SCREENING} ({interval.text()} over {interval.rounds} paired rounds)"
             continue
         ranked.append((interval.median, -position, key))
     ranked.sort(reverse=True)

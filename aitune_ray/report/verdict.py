@@ -20,7 +20,9 @@ def judgement_text(j: Judgement, verdict: Verdict) -> str:
     if j.kind == SLOWER:
         sizes = ", ".join(f"bs {bs} ({interval_text(i)})" for bs, i in sorted(j.intervals.items())
                           if i["high"] < floor)
-        return f"{SLOWER}: slower than eager at {sizes}, beyond the {verdict.noise_tolerance:.0%} noise tolerance"
+        wins = ", ".join(f"bs {bs} ({interval_text(i)})" for bs, i in sorted(j.intervals.items()) if i["low"] >= gate)
+        return (f"{SLOWER}: {f'wins at {wins} but ' if wins else ''}slower than eager at {sizes}, beyond the "
+                f"{verdict.noise_tolerance:.0%} noise tolerance")
     if j.kind == NOT_FASTER:
         return f"{NOT_FASTER}: {where}; needs {gate:.3f}x"
     if j.kind == VALIDATION_OFF:
@@ -51,9 +53,14 @@ def decision_text(verdict: Verdict, names: dict[str, str]) -> str:
     if verdict.chosen == DISPATCH:
         routes = ", ".join(f"bs {bs}: {name(k)}" for bs, k in sorted(verdict.routes.items()))
         return f"chose a batch-size dispatch ({routes}): {judgement_text(verdict.judgements[DISPATCH], verdict)}"
+    if verdict.kind == VALIDATION_OFF and verdict.chosen is not None:
+        j = verdict.judgements[verdict.chosen]
+        return (f"chose {name(verdict.chosen)}: performance {VALIDATION_OFF}, the fastest in the confirm session "
+                f"({interval_text(j.interval)} over the recorded mix)")
     if verdict.chosen is not None:
-        of = f" among {verdict.finalists} finalists" if verdict.finalists > 1 else ""
-        return f"chose {name(verdict.chosen)}{of}: {judgement_text(verdict.judgements[verdict.chosen], verdict)}"
+        return f"chose {name(verdict.chosen)}: {judgement_text(verdict.judgements[verdict.chosen], verdict)}"
+    if not verdict.judgements:
+        return f"kept eager: {verdict.kind}: {verdict.why}" + _pruned(verdict, names)
     kind = NOT_FASTER if verdict.kind == NOT_FASTER else f"{INCONCLUSIVE} (per-round spread up to {verdict.spread():.0%})"
     judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}" for k, j in verdict.judgements.items()
                        if k != DISPATCH)

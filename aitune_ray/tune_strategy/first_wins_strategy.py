@@ -34,7 +34,7 @@ class FirstWinsStrategy(TuneStrategy):
                     report.decision = f"{report.decision} (the first accepted in priority order)"
                     handle.cancel()
                     return
-                said.append(f"{head.backend}: {report.decision}")
+                said.append(f"{head.backend}: {report.notes.get(head.key) or report.decision}")
                 executor.release(context, head)
         report.chosen = None
         report.decision = "kept eager: no backend was accepted (" + "; ".join(

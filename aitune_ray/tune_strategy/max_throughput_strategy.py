@@ -59,7 +59,7 @@ class MaxThroughputStrategy(TuneStrategy):
         come back: later candidates only add better ones). Returns the builds still held."""
         results = {r.key: r for r in report.results if r.key in held}
         finalists, _, _ = shortlist({k: r.screen for k, r in results.items()}, report.call_mix, self.max_finalists,
-                                    order=list(results))
+                                    order=list(results), prune_slower=self.performance_validation)
         for key in held - set(finalists):
             executor.release(context, results[key])
         return set(finalists)
