@@ -342,37 +342,48 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
     through that size's samples."""
     cfg = config or MeasureConfig()
     see_every_size(calls, samples, device)
+    sizes = samples.batch_sizes()
+    groups = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
+              for bs in sizes}
+    return paired_rounds(groups, device, rounds, cfg, seed)
+
+
+def paired_rounds(groups: dict, device: torch.device, rounds: int, config: MeasureConfig | None = None,
+                  seed: int = 0) -> dict[str, dict]:
+    """Paired, shuffled rounds of several callables, one group at a time: {name: {group: Timing}} whose
+    rounds_ms are paired by index. groups: group key (a batch size, a recorded shape) -> {name: fn()}, every
+    group with the same names. Per group: each fn warmed up and given its own burst length, settle_ms of
+    untimed load, then the rounds back to back, each timing every fn once in an order shuffled anew (seeded),
+    all from this thread."""
+    cfg = config or MeasureConfig()
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
-    sizes = samples.batch_sizes()
-    fns = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
-           for bs in sizes}
-    times = {name: {bs: [] for bs in sizes} for name in calls}
-    recompiles = {name: {bs: 0 for bs in sizes} for name in calls}
+    names = list(next(iter(groups.values())))
+    times = {name: {g: [] for g in groups} for name in names}
+    recompiles = {name: {g: 0 for g in groups} for name in names}
     lengths = {}
     with torch.no_grad():
-        for bs in sizes:
-            for name, fn in fns[bs].items():
+        for g, fns in groups.items():
+            for name, fn in fns.items():
                 _warm(fn, device, cfg.warmup_runs)
-                lengths[(name, bs)] = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
-            _settle(fns[bs], {name: lengths[(name, bs)] for name in calls}, device, cfg.settle_target(device))
+                lengths[(name, g)] = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
+            _settle(fns, {name: lengths[(name, g)] for name in names}, device, cfg.settle_target(device))
             for _ in range(rounds):
-                order = list(calls)
+                order = list(names)
                 order_rng.shuffle(order)
                 for name in order:
-                    ms, seen = _timed_burst(fns[bs][name], device, lengths[(name, bs)])
-                    times[name][bs].append(ms)
-                    recompiles[name][bs] += seen
-    out: dict[str, dict[int, Timing]] = {}
-    for name in calls:
+                    ms, seen = _timed_burst(fns[name], device, lengths[(name, g)])
+                    times[name][g].append(ms)
+                    recompiles[name][g] += seen
+    out: dict[str, dict] = {}
+    for name in names:
         out[name] = {}
-        for bs in sizes:
-            timing = _stats(times[name][bs], bs)
-            timing.calls_per_burst, timing.recompiles = lengths[(name, bs)], recompiles[name][bs]
-            out[name][bs] = timing
+        for g in groups:
+            timing = _stats(times[name][g], g if isinstance(g, int) else 0)
+            timing.calls_per_burst, timing.recompiles = lengths[(name, g)], recompiles[name][g]
+            out[name][g] = timing
             if timing.recompiles:
-                logger.warning("%s recompiled %d time(s) while timed side by side at batch size %d",
-                               name, timing.recompiles, bs)
+                logger.warning("%s recompiled %d time(s) while timed side by side at %s", name, timing.recompiles, g)
     return out
 
 
