@@ -309,7 +309,9 @@ class Worker:
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         waited = sum(turns_for(d, self.shares_gpu).waited_s for d in {entry[3] for entry in self._modules.values()})
+        simulated = sys.modules.get("aitune_ray.testing.sim")   # test doubles' buffers, where this process has any
         return {"loads": self.loads, "baselines": self.baselines, "restores": self.restores, "pid": os.getpid(),
+                "simulated_buffer_peak": simulated.LIVE_BUFFERS.peak if simulated is not None else 0,
                 "modules": sorted(self._modules),
                 "shares_gpu": self.shares_gpu, "turn_wait_s": waited,
                 "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}

@@ -662,6 +662,34 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
     assert sum(s["restores"] for s in stats) == len(finalists) - max(built.values()), (built, stats)
 
 
+def _ray_buffer_peak(tmp_path, tied: int) -> int:
+    """The peak of simulated buffers held on the one actor of a fresh Ray while MaxThroughput (one finalist)
+    tunes tied candidates that each hold one."""
+    from aitune_ray.testing import SimAffine, sim
+
+    ray_init(num_cpus=2, num_gpus=1)
+    executor = RayExecutor(gpus_per_actor=1.0, max_actors=1, remeasure_rounds=5, log_dir=str(tmp_path / f"logs{tied}"))
+    try:
+        backends = [sim(f"tied{i}", ms=1.0, noise=0.0, buffer_bytes=100 << 20) for i in range(tied)]
+        module = ait.Module(SimAffine(ms=2.0, noise=0.0), name=f"tied{tied}",
+                            strategy=max_throughput(backends, max_finalists=1))
+        for bs in (1, 4):
+            module(torch.ones(bs, 3))
+        report = module.tune(executor=executor)
+        assert all(r.ok for r in report.results), [r.error for r in report.results]
+        (stats,) = executor.actor_stats()
+    finally:
+        executor.close()
+        ray.shutdown()
+    return stats["simulated_buffer_peak"]
+
+
+def test_tied_candidates_on_ray_do_not_grow_what_the_actor_holds(tmp_path):
+    """Each build that screening leaves out of the finalists is released before its actor builds the next."""
+    two, eight = _ray_buffer_peak(tmp_path, 2), _ray_buffer_peak(tmp_path, 8)
+    assert two > 0 and eight <= 1.3 * two, (two, eight)
+
+
 @pytest.mark.parametrize("gpus, built, expected", [
     ((0, 0), (1, 0, 1), 1),                  # one GPU: the second actor built two of the three finalists
     ((0, 0, 1), (0, 0, 1, 1, 2, 2, 2), 0),   # GPU 0 measured most finalists (4, two per actor): one of its

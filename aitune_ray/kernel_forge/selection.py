@@ -5,7 +5,7 @@ or on Ray actors), so every executor chooses the same way:
 
 1. screening: each valid candidate's speedup against the original function timed on its own GPU
    (``originals``: (node, gpu) -> the original's record) ranks the candidates; the max_finalists best go on;
-2. confirm: the original, an A/A control (the original called through a provider's path) and the finalists
+2. confirm: the original, an A/A control (the original again, as a callable of its own) and the finalists
    timed in paired shuffled rounds at every recorded sample (shape) of the function, on one device
    (``confirm(finalists)``, the runner's "interleaved" task);
 3. accept: the decision's rule with the original as the baseline and the function's recorded call mix as the
@@ -81,7 +81,10 @@ def choose(function: str, records: list[ProviderBenchmark], originals: dict[tupl
         if judged:
             record.speedup = judged.median
     if verdict.chosen is None:
-        logger.info("nothing is kept for %s: %s%s", function, verdict.kind, f" ({verdict.why})" if verdict.why else "")
+        control = verdict.control.intervals if verdict.control else {}
+        logger.info("nothing is kept for %s: %s%s; the A/A control by shape: %s", function, verdict.kind,
+                    f" ({verdict.why})" if verdict.why else "",
+                    ", ".join(f"{shape}: {i['median']:.3f}x [{i['low']:.3f}, {i['high']:.3f}]" for shape, i in control.items()))
         return None
     best = finalists[int(verdict.chosen)]
     best.selected = True

@@ -31,14 +31,6 @@ CACHED_FUNCTIONS = 8
 TIMED_TASKS = frozenset({"benchmark", "original", "interleaved"})
 
 
-def _through_a_provider_path(function):
-    """function called through one more Python frame, as a provider's replacement is (the A/A control)."""
-    def call(*args, **kwargs):
-        return function(*args, **kwargs)
-
-    return call
-
-
 class ForgeTasks:
     """identity: the worker's identity (its "gpu" and "node" stamp every record)."""
 
@@ -97,7 +89,7 @@ class ForgeTasks:
     def interleaved(self, box: tuple, device: torch.device, function: str, providers: list[dict],
                     rounds: int) -> dict:
         """The confirm session of a function's finalists (aitune_ray.kernel_forge.selection): the original, an
-        A/A control (the original called through a provider's path) and each provider (its prepared to_dict()),
+        A/A control (the original again, timed as a callable of its own) and each provider (its prepared to_dict()),
         in paired shuffled rounds at every recorded sample of the function. Returns {"original", "control",
         "candidates" (index -> timings)}: timings by sample index (Timing dicts); "mix": sample index -> calls
         (the recorded counts over their GCD); "errors", "rounds", "gpu", "node"; "failed" where none ran."""
@@ -107,7 +99,8 @@ class ForgeTasks:
         for count, _ in entries:
             divisor = math.gcd(divisor, count)
         original = getattr(F, function)
-        calls: dict[str, Any] = {"original": original, "control": _through_a_provider_path(original)}
+        # the A/A control: the original again, as a callable of its own, timed like every other one
+        calls: dict[str, Any] = {"original": original, "control": original}
         errors: dict[str, str] = {}
         for index, spec in enumerate(providers):
             try:
