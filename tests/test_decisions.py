@@ -143,6 +143,7 @@ def test_a_confirm_session_that_fails_keeps_eager_and_says_why(strategy):
 
 def test_the_verdict_reaches_the_checkpoint_and_the_report_as_plain_data(tmp_path):
     import json
+    import zipfile
 
     from aitune_ray.report.tables import module_report
 
@@ -151,6 +152,13 @@ def test_the_verdict_reaches_the_checkpoint_and_the_report_as_plain_data(tmp_pat
     again = module_report(json.loads(json.dumps(report.to_dict())))
     assert again.verdict["kind"] == FASTER and again.verdict["chosen"] == report.chosen
     assert again.decision == report.decision and "K=1" in again.decision
+    path = ait.save(module, tmp_path / "sim.ait")
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read(next(n for n in archive.namelist() if n.endswith(".json"))))
+    (entry,) = manifest["modules"]
+    assert entry["verdict"]["kind"] == FASTER and entry["verdict"]["chosen"] == report.chosen
+    fresh = ait.load(ait.Module(SimAffine(ms=2.0), name="sim"), path)
+    assert isinstance(fresh.backend, SimBackend)
 
 
 # ----- memory: what is held does not grow with the candidates ------------------------------------------

@@ -72,6 +72,7 @@ class ModuleRecord:
     signature: SignatureRecord = dataclasses.field(default_factory=dict)
     is_jit: Optional[bool] = None
     failure: str = ""
+    verdict: dict[str, Any] = dataclasses.field(default_factory=dict)   # the decision's Verdict.to_dict()
 
 
 @dataclasses.dataclass

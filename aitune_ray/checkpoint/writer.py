@@ -42,7 +42,8 @@ def describe_module(path: str, module: Module) -> tuple[dict, dict[str, Path]]:
     # A module restored from a checkpoint has no samples; it keeps the signature it was loaded with.
     signature = module.samples.signature() or dict(getattr(module, "checkpoint_signature", {}))
     entry: dict[str, Any] = {"path": path, "name": module.name, "device": tuned_device(module),
-                             "signature": signature, "state": {}, "is_jit": None, "failure": module.failure or ""}
+                             "signature": signature, "state": {}, "is_jit": None, "failure": module.failure or "",
+                             "verdict": dict(getattr(module.report, "verdict", None) or {})}
     artifacts: dict[str, Path] = {}
     if module.state == ModuleState.TUNED and module.backend is not None:
         backend = module.backend
