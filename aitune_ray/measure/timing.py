@@ -335,7 +335,7 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
 
     Every call first sees every recorded batch size once (see_every_size: a backend restored from its
     recipe then serves each size as it will when deployed). Then one recorded batch size at a time, as a
-    serving loop runs it: each call is warmed up, all get the first one's burst length, then settle_ms of untimed
+    serving loop runs it: each call is warmed up and given a burst length (at most the first one's), then settle_ms of untimed
     load (the module docstring says why), then the rounds, back to back. Every round times every call once,
     in an order shuffled anew for each round (seeded: the same seed gives the same orders), so that drift
     and periodic interference hit them alike and each round is a paired comparison. Each call cycles
@@ -352,9 +352,9 @@ def paired_rounds(groups: dict, device: torch.device, rounds: int, config: Measu
                   seed: int = 0) -> dict[str, dict]:
     """Paired, shuffled rounds of several callables, one group at a time: {name: {group: Timing}} whose
     rounds_ms are paired by index. groups: group key (a batch size, a recorded shape) -> {name: fn()}, every
-    group with the same names, the baseline first. Per group: each fn warmed up, one burst length for all (the
-    baseline's), settle_ms of untimed load, then the rounds back to back, each timing every fn once in an order
-    shuffled anew (seeded), all from this thread."""
+    group with the same names, the baseline first. Per group: each fn warmed up and given a burst length (at
+    most the baseline's), settle_ms of untimed load, then the rounds back to back, each timing every fn once in
+    an order shuffled anew (seeded), all from this thread."""
     cfg = config or MeasureConfig()
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
@@ -366,13 +366,13 @@ def paired_rounds(groups: dict, device: torch.device, rounds: int, config: Measu
         for g, fns in groups.items():
             for name, fn in fns.items():
                 _warm(fn, device, cfg.warmup_runs)
-            # One burst length for every callable of the group, from the first (the baseline), the longest of
-            # three estimates: each round then times the same work for each, and one slow estimate (a
-            # scheduler's hiccup) cannot give one callable bursts of a call or two and the others hundreds.
-            first = fns[names[0]]
-            length = max(burst_length(first, device, target_ms, cfg.max_burst, min_calls) for _ in range(3))
-            for name in names:
-                lengths[(name, g)] = length
+            # Each burst length is the longest of three estimates, so that one slow estimate (a scheduler's
+            # hiccup) cannot give a callable bursts of a call or two beside others' hundreds; and none is longer
+            # than the first's (the baseline's): a callable as fast or faster than it then times the same
+            # number of calls per burst, a slower one fewer (its bursts still last as long as the baseline's).
+            for name, fn in fns.items():
+                own = max(burst_length(fn, device, target_ms, cfg.max_burst, min_calls) for _ in range(3))
+                lengths[(name, g)] = min(own, lengths.get((names[0], g), own))
             _settle(fns, {name: lengths[(name, g)] for name in names}, device, cfg.settle_target(device))
             for _ in range(rounds):
                 order = list(names)
