@@ -335,7 +335,7 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
 
     Every call first sees every recorded batch size once (see_every_size: a backend restored from its
     recipe then serves each size as it will when deployed). Then one recorded batch size at a time, as a
-    serving loop runs it: each call is warmed up and given a burst length (at most the first one's), then settle_ms of untimed
+    serving loop runs it: each call is warmed up and times as many calls per burst as the first, then settle_ms of untimed
     load (the module docstring says why), then the rounds, back to back. Every round times every call once,
     in an order shuffled anew for each round (seeded: the same seed gives the same orders), so that drift
     and periodic interference hit them alike and each round is a paired comparison. Each call cycles
@@ -348,13 +348,18 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
     return paired_rounds(groups, device, rounds, cfg, seed)
 
 
+#: In side-by-side rounds, a callable up to this many times slower than the baseline times as many calls per
+#: burst as the baseline does (paired_rounds).
+SAME_WORK_LIMIT = 4
+
+
 def paired_rounds(groups: dict, device: torch.device, rounds: int, config: MeasureConfig | None = None,
                   seed: int = 0) -> dict[str, dict]:
     """Paired, shuffled rounds of several callables, one group at a time: {name: {group: Timing}} whose
     rounds_ms are paired by index. groups: group key (a batch size, a recorded shape) -> {name: fn()}, every
-    group with the same names, the baseline first. Per group: each fn warmed up and given a burst length (at
-    most the baseline's), settle_ms of untimed load, then the rounds back to back, each timing every fn once in
-    an order shuffled anew (seeded), all from this thread."""
+    group with the same names, the baseline first. Per group: each fn warmed up, the baseline's calls per burst
+    for every fn (its own for one over SAME_WORK_LIMIT times slower), settle_ms of untimed load, then the rounds
+    back to back, each timing every fn once in an order shuffled anew (seeded), all from this thread."""
     cfg = config or MeasureConfig()
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
@@ -366,13 +371,15 @@ def paired_rounds(groups: dict, device: torch.device, rounds: int, config: Measu
         for g, fns in groups.items():
             for name, fn in fns.items():
                 _warm(fn, device, cfg.warmup_runs)
-            # Each burst length is the longest of three estimates, so that one slow estimate (a scheduler's
-            # hiccup) cannot give a callable bursts of a call or two beside others' hundreds; and none is longer
-            # than the first's (the baseline's): a callable as fast or faster than it then times the same
-            # number of calls per burst, a slower one fewer (its bursts still last as long as the baseline's).
+            # Every callable times as many calls per burst as the first (the baseline): each round then times
+            # the same work for each, and a burst's chance of holding a preemption does not differ between
+            # them. Only a callable over SAME_WORK_LIMIT times slower than the baseline gets bursts of its own
+            # length (equal work would make its bursts that much longer). Each estimate is the longest of
+            # three, so that one slow estimate (a scheduler's hiccup) cannot give bursts of a call or two.
             for name, fn in fns.items():
                 own = max(burst_length(fn, device, target_ms, cfg.max_burst, min_calls) for _ in range(3))
-                lengths[(name, g)] = min(own, lengths.get((names[0], g), own))
+                base = lengths.get((names[0], g), own)
+                lengths[(name, g)] = base if own * SAME_WORK_LIMIT >= base else own
             _settle(fns, {name: lengths[(name, g)] for name in names}, device, cfg.settle_target(device))
             for _ in range(rounds):
                 order = list(names)
