@@ -663,11 +663,10 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
 
 
 def _ray_buffer_peak(tmp_path, tied: int) -> int:
-    """The peak of simulated buffers held on the one actor of a fresh Ray while MaxThroughput (one finalist)
-    tunes tied candidates that each hold one."""
+    """The peak of simulated buffers held on the one actor (a fresh process) of an executor while MaxThroughput
+    (one finalist) tunes tied candidates that each hold one."""
     from aitune_ray.testing import SimAffine, sim
 
-    ray_init(num_cpus=2, num_gpus=1)
     executor = RayExecutor(gpus_per_actor=1.0, max_actors=1, remeasure_rounds=5, log_dir=str(tmp_path / f"logs{tied}"))
     try:
         backends = [sim(f"tied{i}", ms=1.0, noise=0.0, buffer_bytes=100 << 20) for i in range(tied)]
@@ -682,13 +681,16 @@ def _ray_buffer_peak(tmp_path, tied: int) -> int:
         (stats,) = executor.actor_stats()
     finally:
         executor.close()
-        ray.shutdown()
     return stats["simulated_buffer_peak"]
 
 
 def test_tied_candidates_on_ray_do_not_grow_what_the_actor_holds(tmp_path):
     """Each build that screening leaves out of the finalists is released before its actor builds the next."""
-    two, eight = _ray_buffer_peak(tmp_path, 2), _ray_buffer_peak(tmp_path, 8)
+    ray_init(num_cpus=2, num_gpus=1)
+    try:
+        two, eight = _ray_buffer_peak(tmp_path, 2), _ray_buffer_peak(tmp_path, 8)
+    finally:
+        ray.shutdown()
     assert two == 2 * (100 << 20) and eight <= 1.3 * two, (two, eight)   # the finalist and the build under way
 
 
