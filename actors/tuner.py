@@ -107,11 +107,11 @@ class TunerActor:
         return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception),
                 "began_at": began_at, "ended_at": time.time()}
 
-    def remeasure(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int,
-                  measure: dict | None = None) -> dict:
-        """Eager and every finalist ({"key", "spec", "state", "artifacts"}) timed in turn here."""
+    def confirm(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int,
+                measure: dict | None = None) -> dict:
+        """The confirm session of the finalists ({"key", "spec", "state", "artifacts"}) here (Worker.confirm)."""
         self._load(name, box, intent)
-        return self.worker.remeasure(name, finalists, rounds, measure)
+        return self.worker.confirm(name, finalists, rounds, measure)
 
     def forge(self, task: str, box: list, intent: str, *args: Any) -> dict:
         """A kernel-forge task (benchmark, generate, original, interleaved; see aitune_ray.kernel_forge.tasks)

@@ -432,34 +432,23 @@ def check_checkpoint(job, root, output, device) -> dict:
 
 
 def check_loaded_speed(job, root, output, device) -> dict:
-    """The post-deploy check after a checkpoint load: each module, loaded as a user loads it, timed against
-    eager in paired rounds on its recorded samples. A module that loses beyond noise at a recorded batch
-    size is set back to eager and the checkpoint written again."""
+    """Each module, loaded from the checkpoint as a user loads it, timed against eager in paired rounds on its
+    recorded samples: its speedup as loaded, for the report (information only; the tuning decided)."""
     from aitune_ray.job import move_to, wrap_modules
 
     fresh, _ = wrap_modules(job.make_model(), job.module_specs())
     move_to(fresh, device)
     with output.load(fresh) as fresh:   # the file this run has just written, as it wrote it
-        results, rewrite = _check_loaded(root, fresh, device)
-    if rewrite:
-        output.save(root)
-        say(f"checkpoint written again: {output.path}")
-        from aitune_ray.module import find_modules
-        from aitune_ray.report.answer import answer
-
-        for module in find_modules(root).values():
-            if module.report is not None:
-                say(f"answer after the check as loaded: {answer(module.report)}")
-    return results
+        return _time_loaded(root, fresh, device)
 
 
-def _check_loaded(root, fresh, device) -> tuple[dict, bool]:
+def _time_loaded(root, fresh, device) -> dict:
     from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
     from aitune_ray.module import find_modules
-    from aitune_ray.tune_strategy.deploy import check_deployed, deployed_reason
-    from aitune_ray.tune_strategy.performance_validation import LOSS
+    from aitune_ray.report.verdict import interval_text
+    from aitune_ray.tune_strategy.deploy import time_deployed
 
-    tuned, results, rewrite = find_modules(root), {}, False
+    tuned, results = find_modules(root), {}
     for path, loaded in find_modules(fresh).items():
         original = tuned.get(path)
         if loaded.backend is None or original is None or not len(original.samples):
@@ -469,40 +458,21 @@ def _check_loaded(root, fresh, device) -> tuple[dict, bool]:
         if rounds <= 0 or not strategy.performance_validation:
             continue
         try:
-            outcome = check_deployed(loaded, loaded.module, original.samples.to(device), device, strategy, rounds,
-                                     strategy.measure_config)
-        except Exception as exc:  # the check's own failure is reported; the checkpoint stays as it is
+            timed = time_deployed(loaded, loaded.module, original.samples.to(device), device, rounds, strategy,
+                                  strategy.measure_config)
+        except Exception as exc:  # the timing's own failure is reported; the checkpoint stays as it is
             results[original.name] = {"backend": loaded.backend.name, "verdict": "check failed",
                                       "reason": f"{type(exc).__name__}: {exc}"}
-            say(f"warning: post-deploy check of {original.name} failed: {type(exc).__name__}: {exc}", error=True)
+            say(f"warning: timing {original.name} as loaded failed: {type(exc).__name__}: {exc}", error=True)
             continue
-        results[original.name] = {"backend": loaded.backend.name, "verdict": outcome.verdict,
-                                  "reason": deployed_reason(outcome)}
+        reason = f"{interval_text(timed.interval)} over the recorded mix, as loaded (information only)"
+        results[original.name] = {"backend": loaded.backend.name, "verdict": timed.kind, "reason": reason,
+                                  "speedup": timed.median, "interval": timed.interval}
         if cupti_attached():
             results[original.name]["note"] = CUPTI_NOTE
         note = results[original.name].get("note")
-        say(f"post-deploy check of {original.name} as loaded: {results[original.name]['reason']}"
-            + (f" ({note})" if note else ""))
-        if outcome.verdict == LOSS:
-            say(f"warning: {original.name} as loaded loses to eager: the checkpoint keeps it eager", error=True)
-            original.use_backend(None)
-            results[original.name]["fell_back_to"] = "eager"
-            kept_eager_after_load(original.report, results[original.name])
-            rewrite = True
-    return results, rewrite
-
-
-def kept_eager_after_load(report, check: dict) -> None:
-    """Record in the module's report that the checkpoint keeps it eager after its check as loaded, as the
-    post-deploy check records a fallback: the report's decision, answer and rows then say what the file holds."""
-    if report is None:
-        return
-    entry = {"key": report.chosen, "backend": check["backend"], "verdict": check["verdict"],
-             "reason": check["reason"], "fell_back_to": "eager", "as_loaded": True}
-    report.deploy_checks.append(entry)
-    report.decision += (f"; as loaded from the checkpoint, {check['backend']} lost to eager ({check['reason']}), "
-                        "so the checkpoint keeps eager")
-    report.chosen = None
+        say(f"{original.name} as loaded: {reason}" + (f" ({note})" if note else ""))
+    return results
 
 
 def write_report(job, job_path: Path, device, report, elapsed_s: float, check: dict, events=()) -> None:

@@ -27,6 +27,7 @@ from torch import nn
 
 from aitune_ray import tempdirs
 from aitune_ray.backend.backend import Backend
+from aitune_ray.decision.session import Session
 from aitune_ray.measure.timing import MeasureConfig, Timing
 from aitune_ray.results import ERROR, BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
@@ -71,9 +72,6 @@ class Executor(ABC):
 
     progress: Callable[[dict], None] | None = None
     # Capabilities (a wrapper such as run_dir.JournalingExecutor passes each on):
-    # True where materialize() hands over the very backend object that remeasure() timed, in this process (the
-    # inline executor); a Ray driver restores its own copy of what an actor timed
-    deploys_what_it_measured: bool = False
     # watch_build(context, job, in_process): a context manager that an inline build runs in (in_process: in
     # this very process, where its crash ends the process). A run folder's journal sets it to record the
     # build as started, and a fatal signal during it (aitune_ray.run_dir); None: nobody watches.
@@ -133,15 +131,15 @@ class Executor(ABC):
         devices the baseline does not use. By default the same as submit()."""
         return self.submit(context, jobs)
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        """Re-time finalists and eager side by side (A B A B ...) on one device, filling each
-        result.remeasured. Returns the re-measured eager baseline, or None when this executor does not
-        re-measure (then the first numbers decide)."""
-        return None
+    def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session of the finalists results (aitune_ray.decision.session): eager, an A/A control
+        and each finalist restored as it will be deployed, in paired shuffled rounds per recorded batch size
+        on one device of the target kind, from one thread. Fills each result.remeasured with its timings
+        there. A session that cannot run is returned failed (Session.failure), never raised."""
+        return Session.failure(f"{type(self).__name__} runs no confirm session")
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
-        """result can no longer be chosen or re-measured: free its build now (by default nothing). A
+        """result can no longer be chosen (screening left it out): free its build now (by default nothing). A
         released result is still restored from its artifacts or recipe if it is asked for again."""
 
     @abstractmethod

@@ -22,11 +22,12 @@ from aitune_ray import tempdirs
 from aitune_ray.backend.backend import Backend, backend_class_of, plan_key_of
 from aitune_ray.device import gpu_identity
 from aitune_ray.errors import ConfigError
+from aitune_ray.decision.session import CONFIRM_ROUNDS, Session
 from aitune_ray.executor import Executor, RunHandle, TuneContext, failed_plan
 from aitune_ray.kernel_forge.runner import LocalRunner
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, ERROR, BuildResult, CandidateJob
-from aitune_ray.worker import Worker, finalist, remeasured_eager
+from aitune_ray.worker import Worker, confirmed, finalist
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,9 @@ class _InlineHandle(RunHandle):
 class InlineExecutor(Executor):
     """Runs builds sequentially in the calling process, on one worker core (aitune_ray.worker).
 
-    remeasure_rounds: before MaxThroughput decides, eager and the finalists are timed again in turn
-    (A B A B ..., this many rounds per batch size): each candidate was first timed at its own moment, after
-    the builds before it, and a slow drift (clocks, heat, whatever a build left running) would otherwise
-    decide between close candidates. 0 keeps the first numbers.
+    remeasure_rounds: paired shuffled rounds per recorded batch size of the confirm session
+    (aitune_ray.decision; default CONFIRM_ROUNDS). 0 runs no session: then eager is kept unless performance
+    validation is off.
     progress: called with each progress event (aitune_ray.executor).
     contain: build each candidate in a child process of its own (see the module docstring); the chosen
     and the re-measured candidates are then restored here from their results, as a Ray driver does.
@@ -89,9 +89,7 @@ class InlineExecutor(Executor):
     gets it here first, from the backend's planner on a LocalRunner, as on Ray from the driver; jobs with
     one plan key (KernelSelector candidates that differ only in their delegate) share one plan."""
 
-    deploys_what_it_measured = True   # materialize() takes the worker's backend, the one the re-measure timed
-
-    def __init__(self, remeasure_rounds: int = 30, progress: Callable[[dict], None] | None = None,
+    def __init__(self, remeasure_rounds: int = CONFIRM_ROUNDS, progress: Callable[[dict], None] | None = None,
                  contain: bool = False, task_timeout_s: float = 1800.0):
         if remeasure_rounds < 0:
             raise ConfigError(f"remeasure_rounds must not be negative, got {remeasure_rounds}")
@@ -155,19 +153,16 @@ class InlineExecutor(Executor):
         self._load(context)
         return _InlineHandle(self, context, jobs)
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        if not self.remeasure_rounds or not results:
-            return None
+    def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session here, on the builds the worker holds (the very objects deployed)."""
         self._load(context)
         where, started = self.where(context), time.monotonic()
         self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
-        out = self.worker.remeasure(context.name, [finalist(r) for r in results], self.remeasure_rounds,
-                                    context.measure.to_dict())
-        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
-        eager = remeasured_eager(results, out)
-        logger.info("[%s] re-measured eager and %d finalist(s) side by side", context.name, len(out["results"]))
-        return eager
+        out = self.worker.confirm(context.name, [finalist(r) for r in results], self.remeasure_rounds,
+                                  context.measure.to_dict())
+        self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok", where=where,
+                  elapsed_s=time.monotonic() - started)
+        return confirmed(results, out)
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         self.worker.release(context.name, result.key)

@@ -63,7 +63,7 @@ class StrategySpec:
     min_speedup_ratio: float = bounded(0.01, 0, 100)
     noise_tolerance: float = bounded(0.03, 0, 1)
     tolerance: float | dict[str, float] | None = None
-    remeasure_margin: float = bounded(0.10, 0, 10)          # MaxThroughput only
+    max_finalists: int = bounded(3, 1, 1000)                 # confirmed in one session at most
     dispatch_by_batch_size: bool = False    # MaxThroughput only
     deploy_check_rounds: int = bounded(20, 0, 10_000)
     measure: dict[str, Any] = dataclasses.field(default_factory=dict)   # MeasureConfig fields
@@ -90,7 +90,7 @@ class ExecutorSpec:
     artifact_dir: str | None = None
     inline_artifact_limit_mb: int = bounded(256, 0, 1 << 20)
     log_dir: str | None = None
-    remeasure_rounds: int = bounded(30, 1, 100_000)
+    remeasure_rounds: int = bounded(60, 1, 100_000)         # paired rounds per batch size of the confirm session
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
     contain: bool = True                     # inline only: each build in a child process (false: in this one)
     gpu_kind: str | None = None              # tune for this GPU kind only (e.g. H100, or a custom resource label)
@@ -162,6 +162,7 @@ class Job:
         cls = getattr(aitune_ray, STRATEGIES[spec.type])
         options = dict(tolerance=spec.tolerance, min_speedup_ratio=spec.min_speedup_ratio,
                        noise_tolerance=spec.noise_tolerance, deploy_check_rounds=spec.deploy_check_rounds,
+                       max_finalists=spec.max_finalists,
                        measure_config=make_config(MeasureConfig, spec.measure, "strategy.measure"))
         try:
             if spec.type == "OneBackend":
@@ -169,8 +170,7 @@ class Job:
                     raise ConfigError(f"backends: OneBackend takes exactly one backend, got {len(backends)}")
                 strategy = cls(backends[0], **options)
             elif spec.type == "MaxThroughput":
-                strategy = cls(backends, remeasure_margin=spec.remeasure_margin,
-                               dispatch_by_batch_size=spec.dispatch_by_batch_size, **options)
+                strategy = cls(backends, dispatch_by_batch_size=spec.dispatch_by_batch_size, **options)
             else:
                 strategy = cls(backends, **options)
         except ConfigError as exc:

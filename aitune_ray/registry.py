@@ -123,3 +123,19 @@ def _explicit(path: str, allowed: tuple[type, ...], base: type) -> type | None:
 BACKENDS = Registry("backend", "backends")
 PROVIDERS = Registry("kernel provider", "providers")
 GENERATORS = Registry("kernel generator", "providers")
+
+
+# The wrapper a user calls (aitune_ray.Module sets itself here as its module is imported, which importing
+# aitune_ray does in every process): the worker core times each candidate behind it, as the user calls it,
+# without importing the API layer above the worker.
+_USER_WRAPPER: list[type] = []
+
+
+def set_user_wrapper(cls: type) -> None:
+    _USER_WRAPPER[:] = [cls]
+
+
+def user_wrapper() -> type:
+    if not _USER_WRAPPER:
+        raise ConfigError("aitune_ray.Module is not defined in this process: import aitune_ray first")
+    return _USER_WRAPPER[0]

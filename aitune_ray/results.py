@@ -29,6 +29,7 @@ class CandidateJob:
     tolerance: float | None = None    # relative L2 bound; None: the backend's default, else per dtype
     measure: dict = dataclasses.field(default_factory=dict)   # MeasureConfig.to_dict()
     priority: int = 0                 # position in the strategy's list (FirstWins decides in this order)
+    screen_rounds: int = 0            # paired rounds with eager right after the build (decision.screen); 0: none
 
     @property
     def backend_name(self) -> str:
@@ -59,7 +60,10 @@ class BuildResult:
     log_path: str = ""
     state: dict = dataclasses.field(default_factory=dict)        # Backend.export() state
     artifacts: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> local path, bytes or URL
-    remeasured: dict[int, dict] = dataclasses.field(default_factory=dict)  # interleaved re-measure on one GPU
+    remeasured: dict[int, dict] = dataclasses.field(default_factory=dict)  # its timings in the confirm session
+    #: screening right after the build, paired with eager on the same device (decision.screen):
+    #: {"eager": {bs: [ms per round]}, "candidate": {bs: [ms per round]}, "rounds": n}; {} when not screened
+    screen: dict = dataclasses.field(default_factory=dict)
     peak_memory_bytes: int = 0        # the worker's peak device memory (allocated) so far, after this build
     #: The exception the build raised, where this process has it (never serialized: to_dict leaves it out).
     exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)

@@ -434,7 +434,7 @@ class JournalingExecutor(Executor):
     """Wraps an executor: journals into a RunFolder and, on a resumed run, runs only what is missing.
 
     Every member of the Executor interface is passed on to the inner executor explicitly, optional ones
-    included (release, emit, progress, deploys_what_it_measured): a wrapper that fell back on the base
+    included (release, emit, progress, concurrent_modules, gpu_kind, confirm): a wrapper that fell back on the base
     class's defaults would silently change what the inner executor does (a release never sent keeps every
     build alive until the decision). tests/test_run_dir_seam.py checks that each one is defined here."""
 
@@ -464,10 +464,6 @@ class JournalingExecutor(Executor):
     @progress.setter
     def progress(self, sink) -> None:
         self.inner.progress = sink
-
-    @property
-    def deploys_what_it_measured(self) -> bool:
-        return self.inner.deploys_what_it_measured
 
     @property
     def concurrent_modules(self) -> bool:
@@ -541,9 +537,11 @@ class JournalingExecutor(Executor):
     def submit_early(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
         return self._start(context, jobs, early=True)
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        return self.inner.remeasure(context, results, baseline)
+    def confirm(self, context: TuneContext, results: list[BuildResult]):
+        return self.inner.confirm(context, results)
+
+    def release(self, context: TuneContext, result: BuildResult) -> None:
+        self.inner.release(context, result)
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         self.inner.release(context, result)

@@ -2,15 +2,16 @@
 
 A Worker holds, per module, its eager module and recorded samples on this worker's device, and the
 backends built here. It builds, checks and profiles candidates (candidate.run_candidate), times eager,
-re-measures finalists side by side (A B A B ...) and runs the kernel forge's tasks. InlineExecutor calls
+screens each candidate, runs confirm sessions (aitune_ray.decision) and runs the kernel forge's tasks. InlineExecutor calls
 it directly in the driver; each Ray TunerActor (actors/tuner.py) is a thin shell around one.
 
 A worker that shares its GPU with other workers (shares_gpu) takes turns at it (aitune_ray.measure.turns):
 its timings have the GPU alone, its builds run beside the others' builds.
 
-Only builds that can still be finalists are kept (keep_built=False releases each build once its result is
-recorded: its memory, and the device's cached blocks, go back at once); a finalist that was released, or
-built elsewhere, is restored for re-measurement from its spec, exported state and artifacts.
+Right after a build, the candidate is screened (paired with eager here, aitune_ray.decision.screen). Only
+builds that can still be finalists are kept (the strategy releases the others, or keep_built=False releases
+each build once its result is recorded); a finalist that was released, or built elsewhere, is restored for the
+confirm session from its spec, exported state and artifacts.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import aitune_ray.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
 from aitune_ray.kernel_forge.tasks import TIMED_TASKS, ForgeTasks
-from aitune_ray.measure.timing import MeasureConfig, Timing, profile_samples, profile_side_by_side
+from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import ERROR, BuildResult, CandidateJob
 
@@ -169,6 +170,11 @@ class Worker:
                                         self.log_path, stage=stage, turns=self.turns(device))
         if self.identity:
             result.node, result.gpu = self.identity.get("node", result.node), self.identity.get("gpu", result.gpu)
+        if backend is not None and job.screen_rounds > 0:
+            self._screen(module, samples, device, job, result, backend)
+            if not result.ok:
+                backend.deactivate()
+                backend = None
         self._note_memory(device)
         result.peak_memory_bytes = self.peak_memory_bytes
         if backend is not None:
@@ -217,10 +223,30 @@ class Worker:
         backend.activate()
         return backend
 
-    def remeasure(self, name: str, finalists: list[dict], rounds: int, measure: dict | None = None) -> dict:
-        """Time eager and every finalist in turn (A B A B ...) at each recorded batch size, here, with the
-        strategy's MeasureConfig (measure, its to_dict(); None: the defaults).
-        Returns {"eager", "results" (key -> timings), "errors" (key -> why not), "node", "gpu"}."""
+    def _screen(self, module, samples, device, job: CandidateJob, result: BuildResult, backend: Backend) -> None:
+        """Screening (aitune_ray.decision.screen): the candidate, as the user calls it, paired with eager in
+        job.screen_rounds shuffled rounds per batch size on this device, right after its build. A candidate
+        that fails here has failed."""
+        try:
+            with self.turns(device).timing():
+                timed = profile_side_by_side({"eager": module, "candidate": as_user_calls(module, backend)}, samples,
+                                             device, job.screen_rounds,
+                                             MeasureConfig.from_dict(job.measure) if job.measure else None)
+        except Exception as exc:
+            logger.exception("screening of %s failed", job.key)
+            result.status, result.error_type = ERROR, type(exc).__name__
+            result.error = f"screening failed: {type(exc).__name__}: {exc}"
+            return
+        result.screen = {"eager": {bs: t.rounds_ms for bs, t in timed["eager"].items()},
+                         "candidate": {bs: t.rounds_ms for bs, t in timed["candidate"].items()},
+                         "rounds": job.screen_rounds}
+
+    def confirm(self, name: str, finalists: list[dict], rounds: int, measure: dict | None = None) -> dict:
+        """The confirm session of name's finalists, here (aitune_ray.decision.session): each finalist restored
+        as it is deployed (the build held here, else restored from its spec, state and artifacts), an A/A
+        control restored alike, all called as the user calls them, in paired shuffled rounds per batch size.
+        Returns {"eager", "control", "results" (key -> timings), "errors" (key -> why not), "failed", "node",
+        "gpu"}."""
         module, samples, device = self._modules[name][1:]
         backends: dict[str, Backend] = {}
         errors: dict[str, str] = {}
@@ -230,23 +256,21 @@ class Worker:
                 with turns.building():
                     backends[finalist["key"]] = self.restore(name, finalist)
             except Exception as exc:
-                logger.exception("cannot restore %s for re-measurement", finalist["key"])
+                logger.exception("cannot restore %s for the confirm session", finalist["key"])
                 errors[finalist["key"]] = f"{type(exc).__name__}: {exc}"
-        calls: dict[str, Any] = {"eager": module}
-        calls.update({key: backend.infer for key, backend in backends.items()})
+        where = self.identity.get("gpu", str(device))
         try:
             with turns.timing():
-                timed = profile_side_by_side(calls, samples, device, rounds,
-                                             MeasureConfig.from_dict(measure) if measure else None)
+                out = confirm_session(module, samples, device, backends, rounds,
+                                      MeasureConfig.from_dict(measure) if measure else None,
+                                      self._workdir(name) / "control")
         finally:
             for backend in backends.values():
                 backend.deactivate()
         self._note_memory(device)
-        eager = {bs: t.to_dict() for bs, t in timed.pop("eager").items()}
-        timed = {key: {bs: t.to_dict() for bs, t in per.items()} for key, per in timed.items()}
-        logger.info("re-measured %s and %d finalist(s) on %s", name, len(backends), self.identity.get("gpu", device))
-        return {"eager": eager, "results": timed, "errors": errors, "node": self.identity.get("node", ""),
-                "gpu": self.identity.get("gpu", "")}
+        logger.info("confirm session of %s and %d finalist(s) on %s: %s", name, len(backends), where,
+                    out.get("failed") or "ok")
+        return {**out, "errors": errors, "node": self.identity.get("node", ""), "gpu": self.identity.get("gpu", "")}
 
     def forge_task(self, task: str, box: tuple, device: torch.device, *args: Any) -> dict:
         """One kernel-forge task (aitune_ray.kernel_forge.tasks.ForgeTasks); those that time the GPU
@@ -285,19 +309,68 @@ class Worker:
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         waited = sum(turns_for(d, self.shares_gpu).waited_s for d in {entry[3] for entry in self._modules.values()})
+        simulated = sys.modules.get("aitune_ray.testing.sim")   # test doubles' buffers, where this process has any
         return {"loads": self.loads, "baselines": self.baselines, "restores": self.restores, "pid": os.getpid(),
+                "simulated_buffer_peak": simulated.LIVE_BUFFERS.peak if simulated is not None else 0,
                 "modules": sorted(self._modules),
                 "shares_gpu": self.shares_gpu, "turn_wait_s": waited,
                 "built": self.built_keys(), "peak_memory_bytes": self.peak_memory_bytes, "peak_rss_bytes": rss}
 
 
-def remeasured_eager(results: list[BuildResult], out: dict) -> dict[int, Timing]:
-    """Fill each result's remeasured timings from a worker's remeasure() output; the re-timed eager."""
-    for key, error in out["errors"].items():
-        logger.warning("%s was not re-measured: %s", key, error)
+def confirmed(results: list[BuildResult], out: dict):
+    """The Session of a worker's confirm() output; fills each result's remeasured timings from it."""
+    from aitune_ray.decision.session import Session
+
+    for key, error in (out.get("errors") or {}).items():
+        logger.warning("%s was not timed in the confirm session: %s", key, error)
     for r in results:
-        r.remeasured = {int(bs): t for bs, t in out["results"].get(r.key, {}).items()}
-    return {int(bs): Timing.from_dict(t) for bs, t in out["eager"].items()}
+        r.remeasured = {int(bs): t for bs, t in (out.get("results") or {}).get(r.key, {}).items()}
+    return Session.from_timings(out)
+
+
+def as_user_calls(module: torch.nn.Module, backend: Backend) -> torch.nn.Module:
+    """backend behind the wrapper a user calls (aitune_ray.Module), on module."""
+    from aitune_ray.registry import user_wrapper
+
+    wrapper = user_wrapper()(module, name="confirm")
+    wrapper.use_backend(backend)
+    return wrapper
+
+
+def confirm_session(module, samples, device: torch.device, backends: dict[str, Backend], rounds: int,
+                    config: MeasureConfig | None, workdir: Path) -> dict:
+    """Eager, the A/A control (a TorchEagerBackend restored like a candidate) and backends (active), each
+    called as the user calls it, in rounds paired shuffled rounds per recorded batch size, from this thread.
+    A callable that raises, or that changes the process's threading settings, fails the session:
+    {"failed": why}; else {"eager", "control", "results": key -> timings (Timing.to_dict() by batch size)}."""
+    from aitune_ray.backend.torch_eager import TorchEagerBackend
+
+    if rounds < 1:
+        return {"failed": f"the confirm session needs at least one round, got {rounds}"}
+    threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+    control = None
+    try:
+        control = Backend.from_spec(TorchEagerBackend().spec())
+        control.restore(module, {}, {}, device, workdir)
+        control.activate()
+        calls = {"eager": module, "control": as_user_calls(module, control)}
+        calls.update({key: as_user_calls(module, backend) for key, backend in backends.items()})
+        timed = profile_side_by_side(calls, samples, device, rounds, config)
+    except Exception as exc:
+        logger.exception("the confirm session failed")
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if control is not None:
+            control.deactivate()
+    now = (torch.get_num_threads(), torch.get_num_interop_threads())
+    if now != threads:
+        return {"failed": f"a callable changed the process's threads (intra-op, inter-op) from {threads} to {now}"}
+
+    def plain(per):
+        return {bs: t.to_dict() for bs, t in per.items()}
+
+    return {"eager": plain(timed.pop("eager")), "control": plain(timed.pop("control")),
+            "results": {key: plain(per) for key, per in timed.items()}}
 
 
 def finalist(result: BuildResult) -> dict:

@@ -4,6 +4,7 @@ module and eager with an independent harness, as a user would, and compare with 
     python benchmarks/decisions.py --out OUT                          # ViT-B/16 fp16 on the GPU, 3 runs
     python benchmarks/decisions.py --out OUT --models vit,bert --dispatch
     python benchmarks/decisions.py --out OUT --device cpu --backends jit,ao-int8wo --runs 2   # CPU, tiny models
+    python benchmarks/decisions.py --operating-characteristics        # CPU: the procedure over simulated tunings
 
 Each run tunes a fresh copy of the model (MaxThroughput, inline executor, one device) over the candidate
 set. Then the user's harness, which shares no code with aitune_ray.measure, times eager against the deployed
@@ -48,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.cluster import InlineExecutor  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
+from aitune_ray.decision.screen import MAX_FINALISTS  # noqa: E402
+from aitune_ray.decision.session import CONFIRM_ROUNDS  # noqa: E402
 from backends import BACKENDS  # noqa: E402
 
 DEFAULT_BACKENDS = "jit,jit-ro,jit-max,ao-fp8wo,kernels"
@@ -176,9 +179,8 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
     user = passes[0]
     chosen = report.chosen_result()
     verdict = report.verdicts.get(report.chosen, {}) if report.chosen else {}
-    # the tuner's figure: the deployed module's speedup as the report gives it (the re-measure's rounds and the
-    # post-deploy check's together, where both timed the deployed object), else the re-measure's
-    deployed = report.deployed_speedups().get("intervals") or {}
+    # the tuner's figure: the confirm session's, which decided (the post-deploy timing is information only)
+    deployed = {}
     rows = []
     for bs in mix:
         first = (verdict.get("intervals") or {}).get(bs) or {}
@@ -187,7 +189,7 @@ def tune_once(model_name: str, backends: list[str], device, size: str, dispatch:
         user_speedup = user["eager"][bs] / user["deployed"][bs]
         row = {"bs": bs, "chosen": labels.get(report.chosen, chosen.backend if chosen else "eager"),
                "tuner_speedup": tuner, "tuner_low": at.get("low", 1.0), "tuner_high": at.get("high", 1.0),
-               "rounds": at.get("rounds", 0), "tuner_from": "re-measure and check" if deployed.get(bs) else "re-measure",
+               "rounds": at.get("rounds", 0), "tuner_from": "confirm session",
                "remeasure_speedup": remeasured, "remeasure_agrees": abs(remeasured / user_speedup - 1.0) <= AGREE_LIMIT,
                "user_eager_ms": user["eager"][bs], "user_deployed_ms": user["deployed"][bs],
                "user_speedup": user_speedup, "tuner_vs_user": tuner / user_speedup - 1.0,
@@ -313,6 +315,81 @@ def reread(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+# The old rule's figures, as issue 38 measured them (a pure simulation of that rule, i.i.d. noise, 30 rounds);
+# "-" where it gave none.
+BEFORE = {("skewed", 0.05): "61%", ("skewed", 0.10): "93%", ("near", 0.05): "-", ("near", 0.10): "about 10%",
+          ("fast", 0.05): "-", ("fast", 0.10): "-", ("aa", 0.05): "-", ("aa", 0.10): "-",
+          ("kernel", 0.05): "-", ("kernel", 0.10): "-"}
+
+
+def operating_characteristics(tunings: int) -> str:
+    """The decision procedure (aitune_ray.decision.choose, the kernel forge's selection.choose) over simulated
+    tunings: how often each scenario's candidate is chosen, at 5% and 10% timing noise (aitune_ray.testing)."""
+    import random
+
+    from aitune_ray.kernel_forge.records import ProviderBenchmark
+    from aitune_ray.kernel_forge.selection import choose as choose_kernel
+    from aitune_ray.testing.sessions import SimCandidate, simulate_tunings, simulated_session
+
+    mix = {8: 1, 32: 1}
+    scenarios = [
+        ("skewed", "0.93x at bs 8, 1.30x at bs 32: the whole module's backend",
+         dict(candidates=[SimCandidate("c", by_bs={8: 0.93, 32: 1.30})]), "c"),
+        ("skewed-dispatch", "the same, with dispatch: a route to it at bs 8",
+         dict(candidates=[SimCandidate("c", by_bs={8: 0.93, 32: 1.30})], dispatch=True), "route-8"),
+        ("near", "9 finalists, each 1.0095x: any chosen", dict(candidates=[SimCandidate(f"n{i}", 1.0095)
+                                                                            for i in range(9)], max_finalists=9), "any"),
+        ("fast", "1.10x everywhere, beside 1.00x and 0.99x: chosen",
+         dict(candidates=[SimCandidate("c", 1.10), SimCandidate("r1", 1.0), SimCandidate("r2", 0.99)]), "c"),
+        ("aa", "A/A control 3x (candidates' path 3x faster than eager's own call): any chosen",
+         dict(candidates=[SimCandidate("c", 1.0)], path_speedup=3.0), "any"),
+    ]
+    rows, lines = [], ["| scenario | noise | chosen (after) | before (issue 38's figures) |", "|---|---|---|---|"]
+    for name, what, kwargs, target in scenarios:
+        for noise in (0.05, 0.10):
+            verdicts = simulate_tunings(tunings, mix=mix, noise=noise, seed=1, **kwargs)
+            if target == "any":
+                hits = sum(v.chosen is not None for v in verdicts)
+            elif target == "route-8":
+                hits = sum(v.chosen == "c" or (v.routes or {}).get(8) == "c" for v in verdicts)
+            else:
+                hits = sum(v.chosen == target for v in verdicts)
+            rows.append({"scenario": name, "what": what, "noise": noise, "chosen": hits / tunings,
+                         "tunings": tunings})
+            lines.append(f"| {what} | {noise:.0%} | {hits / tunings:.1%} | {BEFORE.get((name, noise), '-')} |")
+    rng, shapes = random.Random(1), {1: 1, 2: 1}
+    truth = {"0": SimCandidate("0", by_bs={1: 0.95, 2: 1.30}), "1": SimCandidate("1", 1.0)}
+    for noise in (0.05, 0.10):
+        planned = 0
+        for _ in range(tunings):
+            original = ProviderBenchmark("f", "original", "ok", source="original", median_ms=1.0, gpu="g")
+            records = [ProviderBenchmark("f", "skewed", "ok", median_ms=0.85, gpu="g"),
+                       ProviderBenchmark("f", "same", "ok", median_ms=1.0, gpu="g")]
+
+            def confirm(finalists, noise=noise):
+                session = simulated_session(rng, truth, [str(i) for i in range(len(finalists))], shapes, noise,
+                                            CONFIRM_ROUNDS)
+                timings = lambda per: {k: {"rounds_ms": v} for k, v in per.items()}   # noqa: E731
+                return {"original": timings(session.eager), "control": timings(session.control),
+                        "candidates": {k: timings(v) for k, v in session.candidates.items()}, "mix": shapes,
+                        "errors": {}, "rounds": CONFIRM_ROUNDS, "gpu": "sim", "node": ""}
+
+            best = choose_kernel("f", records, {("", "g"): original}, confirm)
+            planned += best is not None and best.description == "skewed"
+        what = "kernel forge: a provider 0.95x at one recorded shape, 1.30x at the other: planned"
+        rows.append({"scenario": "kernel", "what": what, "noise": noise, "chosen": planned / tunings,
+                     "tunings": tunings})
+        lines.append(f"| {what} | {noise:.0%} | {planned / tunings:.1%} | - |")
+    text = (f"### The decision procedure over {tunings} simulated tunings per row (confirm rounds {CONFIRM_ROUNDS}, "
+            f"at most {MAX_FINALISTS} finalists unless said, alpha 0.05, gate 1.01x, tolerance 3%)\n\n"
+            + "\n".join(lines))
+    out = Path(__file__).resolve().parent / "results" / "decisions_operating_characteristics.json"
+    out.write_text(json.dumps({"command": f"python benchmarks/decisions.py --operating-characteristics "
+                                          f"--tunings {tunings}", "confirm_rounds": CONFIRM_ROUNDS,
+                               "rows": rows, "before": "issue 38's measured figures of the old rule"}, indent=1))
+    return text
+
+
 def main() -> int:
     global ARGS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -323,7 +400,11 @@ def main() -> int:
     parser.add_argument("--dispatch", action="store_true", help="MaxThroughput with dispatch_by_batch_size=True")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--size", default=None, help="base or tiny (default: base on a GPU, tiny on a CPU)")
-    parser.add_argument("--rounds", type=int, default=20, help="paired rounds of the tuner's re-measure")
+    parser.add_argument("--rounds", type=int, default=CONFIRM_ROUNDS, help="paired rounds of the confirm session")
+    parser.add_argument("--operating-characteristics", action="store_true",
+                        help="tune nothing: the decision procedure over simulated tunings (CPU, seconds), as a table "
+                             "of true speedup, noise and chosen %%, after and before; JSON to benchmarks/results/")
+    parser.add_argument("--tunings", type=int, default=1000, help="simulated tunings per row of that table")
     parser.add_argument("--calls", type=int, default=100, help="back-to-back calls per user loop")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats of the user loop")
     parser.add_argument("--user-passes", type=int, default=2,
@@ -334,6 +415,9 @@ def main() -> int:
                         help="tune nothing: for recorded decisions.json files, whether the report's 'speedup moved' "
                              "sentence went with the tuner's misses of the user's reading")
     ARGS = parser.parse_args()
+    if ARGS.operating_characteristics:
+        print(operating_characteristics(ARGS.tunings))
+        return 0
     if ARGS.reread:
         print(reread(ARGS.reread))
         return 0

@@ -13,8 +13,8 @@ its own running `aitune-ray tune`:
    machine: what the killed run compiled is still on its disk, as it would be);
 4. with --control, a second cold run, to show how often two cold runs agree on this machine.
 
-Every candidate that passes is re-measured side by side with eager before the choice (remeasure_margin
-10: within 1000% of the best), so the decision rests on paired numbers taken in one process at one time.
+Every candidate that screening keeps is confirmed side by side with eager before the choice (max_finalists
+10), so the decision rests on paired numbers taken in one process at one time.
 
 The targets: resumed wall + killed wall <= 1.1x cold wall; resumed wall <= 0.6x cold wall; the same
 decision (chosen backend) for every module. Wall times are whole processes: start, Ray (when used),
@@ -53,8 +53,8 @@ def write_job(folder: Path, backends: list[str], executor: str, device: str, blo
         "model": "examples.mlp.model:make_model", "model_args": {"blocks": blocks, "width": width},
         "data": "examples.mlp.model:make_data", "data_args": {"batch_sizes": [4, 16], "per_batch_size": 4, "width": width},
         "modules": [{"path": "", "name": "mlp"}],
-        # every candidate that passes is a finalist: the choice is made on side-by-side (paired) numbers
-        "strategy": {"type": "MaxThroughput", "remeasure_margin": 10.0,
+        # every candidate is a finalist: the choice is made in one confirm session (paired numbers)
+        "strategy": {"type": "MaxThroughput", "max_finalists": 10,
                      "measure": {"warmup_runs": 3, "min_runs": 10, "max_runs": 100, "max_seconds": 0.5}},
         "backends": [BACKENDS[name] for name in backends],
         "device": device, "executor": {"type": executor},

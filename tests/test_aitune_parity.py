@@ -18,9 +18,10 @@ import aitune_ray as ait
 from aitune_ray.errors import ConfigError, DatasetError
 from aitune_ray.inline import InlineExecutor
 from aitune_ray.measure import timing
-from aitune_ray.tune_strategy.performance_validation import WIN
+from aitune_ray.decision.verdict import FASTER as WIN
 from tests.helpers import FAST_MEASURE, FastBackend, FailingBackend, SleepyAffine, helper
-from tests.sim_backends import SIM_CALLS, SIM_CLOCK, SimAffine, sim
+from aitune_ray.testing import SIM_CALLS, SIM_CLOCK, SimAffine
+from aitune_ray.testing.sim import sim
 
 # AITune 0.6.0's public names (the __all__ of each package its guides import from), by the path they have
 # here: aitune.torch.X is aitune_ray.X. Read from the 0.6.0 wheel.

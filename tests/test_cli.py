@@ -140,7 +140,8 @@ def test_inline_run_of_the_mlp_example(tmp_path, monkeypatch, capsys):
     assert code == 0, printed
     assert "[mlp] building  TorchInductorJitBackend" in printed
     assert "[mlp] done    ONNXRuntimeBackend: ok" in printed
-    assert "| TorchEager (baseline) |" in printed and "Decision:" in printed
+    # eager's row, chosen or not (on a loaded host the decision may keep eager, saying why)
+    assert "| TorchEager (baseline)" in printed and "Decision:" in printed
     assert "max abs difference" in printed and "(matches)" in printed
     assert "### mlp" in report.read_text()
     data = json.loads(report.with_suffix(".json").read_text())

@@ -27,14 +27,14 @@ class Recording(InlineExecutor):
 
 
 def test_capabilities_are_declared_on_the_executor_with_their_defaults():
-    assert (Executor.deploys_what_it_measured, Executor.concurrent_modules, Executor.gpu_kind) == (False, False, None)
-    assert InlineExecutor.deploys_what_it_measured is True
+    assert (Executor.concurrent_modules, Executor.gpu_kind) == (False, None)
+    assert InlineExecutor.concurrent_modules is False
 
 
 def test_a_run_folder_s_journal_passes_every_capability_and_call_on(tmp_path):
     inner = Recording()
     wrapped = journaled(inner, RunFolder.open(tmp_path / "run"))
-    assert (wrapped.deploys_what_it_measured, wrapped.concurrent_modules, wrapped.gpu_kind) == (True, True, "H100")
+    assert (wrapped.concurrent_modules, wrapped.gpu_kind) == (True, "H100")
     context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cpu"), workdir=tmp_path)
     wrapped.release(context, BuildResult(key="k", backend="B", spec={}, status=OK))
     wrapped.stop_all("interrupted")

@@ -120,7 +120,7 @@ def test_an_actor_killed_during_a_build_or_a_measurement(cluster, executor, scra
     assert_nothing_left(cluster, executor, scratch)
 
 
-def test_an_actor_killed_during_remeasurement_remeasures_on_another(cluster, executor, scratch, tmp_path):
+def test_an_actor_killed_during_the_confirm_session_confirms_again_on_another(cluster, executor, scratch, tmp_path):
     gate = start_gate("kill-remeasure")
     module = recorded_net(ait.MaxThroughputStrategy([
         GatedBackend(GateConfig(tag=1, gate="kill-remeasure", at="remeasure")),
@@ -130,7 +130,7 @@ def test_an_actor_killed_during_remeasurement_remeasures_on_another(cluster, exe
     killer.join()
     chosen = report.chosen_result()
     assert chosen.spec["config"]["tag"] == 1
-    assert chosen.remeasured and report.remeasured_baseline   # re-measured after all, on the replacement
+    assert chosen.remeasured and report.remeasured_baseline   # a whole new session, on the replacement
     check_checkpoint(module, tmp_path / "net.ait")
     del module, report, chosen
     ray.kill(gate)

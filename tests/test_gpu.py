@@ -115,12 +115,12 @@ def test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size(
     report = ait.tune(wrapped, data, device="cuda", executor=ait.InlineExecutor(), call_as_given=True)
     mod = report.modules[0]
     assert {r.status for r in mod.results} == {"ok"}
-    if mod.chosen is not None:   # won on paired rounds, and the deployed module held up when checked
+    if mod.chosen is not None:   # accepted on the confirm session's paired rounds
         assert wrapped.state == ait.ModuleState.TUNED
         verdict = mod.verdicts[mod.chosen]
         assert verdict["verdict"] == "faster" and verdict["interval"]["paired"]
         assert verdict["interval"]["low"] >= 1.01
-        assert all(i["high"] >= 0.97 for i in verdict["intervals"].values())
+        assert all(i["low"] >= 0.97 for i in verdict["intervals"].values())   # non-inferior at every size
         assert mod.deploy_checks and mod.deploy_checks[-1]["verdict"] != "slower at a batch size"
     else:  # eager kept: then no candidate was shown faster, and the report says which way each went
         assert wrapped.state == ait.ModuleState.EAGER

@@ -43,7 +43,7 @@ def gelu_norm_samples(batches=(4, 4, 2)) -> list[torch.Tensor]:
 
 def optimizer(providers=None, generators=None, **kwargs) -> KernelOptimizer:
     kwargs.setdefault("measure", FAST)
-    kwargs.setdefault("final_rounds", 5)
+    kwargs.setdefault("final_rounds", 20)
     kwargs.setdefault("warmup_iterations", 1)
     return KernelOptimizer(providers, generators, **kwargs)
 
@@ -224,7 +224,7 @@ class PlainDataOptimizer(KernelOptimizer):
 def test_optimizer_decides_on_plain_data_records():
     opt = PlainDataOptimizer([TestGeluProvider("slow"), TestGeluProvider("cached"), TestGeluProvider("negated")],
                              [QuickGelu("exact")], generator_min_time_share_percent=0.0, measure=FAST,
-                             final_rounds=5, warmup_iterations=0)
+                             final_rounds=20, warmup_iterations=0)
     plan = opt.make_plan(GeluNorm(), gelu_norm_samples())
     assert plan.functions == {"gelu": "test gelu cached"}
     assert KernelOptimizationPlan.from_dict(plan.to_dict()).providers[0].behavior == "cached"
@@ -478,7 +478,7 @@ def test_torch_sdpa_provider_pins_its_backend_into_exported_programs(backend, op
 
 def selector_config(*providers, **kwargs) -> KernelSelectorBackendConfig:
     kwargs.setdefault("measure", FAST.to_dict())
-    kwargs.setdefault("final_rounds", 5)
+    kwargs.setdefault("final_rounds", 20)
     return KernelSelectorBackendConfig(kernel_providers=list(providers) or [TestGeluProvider("cached")], **kwargs)
 
 

@@ -93,8 +93,7 @@ class TestOneNode:
         """A strategy's burst length reaches the side-by-side re-measure, on the worker of either path: one
         call per burst here, where the default's 5 ms bursts hold many calls of these sub-millisecond ones."""
         single_calls = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2, cpu_burst_ms=0.0)
-        strategy = ait.MaxThroughputStrategy([fast(tag=31), fast(tag=32)], measure_config=single_calls,
-                                             remeasure_margin=100.0)
+        strategy = ait.MaxThroughputStrategy([fast(tag=31), fast(tag=32)], measure_config=single_calls)
         module = recorded(f"measure-config-{where}", strategy)
         report = module.tune(executor=InlineExecutor(remeasure_rounds=5) if where == "inline" else executor)
         assert report.remeasured_baseline
@@ -218,7 +217,7 @@ class TestOneNode:
         assert result.gpu != executor.pool.slots[timed_eager[0]].identity()["gpu"]   # on the other actor
 
     def test_remeasure_when_finalists_ran_on_different_gpus(self, executor):
-        strategy = max_throughput([fast(tag=1), fast(tag=2)], remeasure_margin=100.0)
+        strategy = max_throughput([fast(tag=1), fast(tag=2)])
         report = recorded("remeasure", strategy).tune(executor=executor)
         assert len({r.gpu for r in report.results}) == 2
         assert report.remeasured_baseline and set(report.remeasured_baseline) == {1, 4}
@@ -229,7 +228,7 @@ class TestOneNode:
         assert all(r["timings"] and r["remeasured"] for r in data["results"])
         rows = report.rows()
         assert all(f"raw_ms_per_call_bs{bs}" in row for row in rows for bs in (1, 4))
-        assert "Re-measured side by side" in report.markdown()
+        assert "Confirm session (side by side" in report.markdown()
 
     def test_finalists_measured_on_one_gpu_are_remeasured_there_too(self, executor):
         """Numbers of one GPU taken at different times drift as well: they are re-measured beside eager."""
@@ -238,8 +237,9 @@ class TestOneNode:
         where = executor.pool.alive()[1].identity()
         same = [BuildResult(key=k, backend="FastBackend", spec=fast(tag=i).spec(), status=OK, node=where["node"],
                             gpu=where["gpu"]) for i, k in enumerate("ab")]
-        eager = executor.remeasure(context, same, {})
-        assert set(eager) == {1, 4} and all(t.runs == 5 for t in eager.values())
+        session = executor.confirm(context, same)
+        assert not session.failed and set(session.eager) == {1, 4} and session.rounds == 5
+        assert set(session.control) == {1, 4} and set(session.candidates) == {"a", "b"}   # the A/A control too
         assert all(set(r.remeasured) == {1, 4} for r in same)
 
     def test_ctrl_c_cancels_outstanding_work(self, executor):
@@ -316,7 +316,7 @@ def test_artifacts_built_on_another_node_reach_the_checkpoint(tmp_path):
         ray_init(address=cluster.address)
         head = ray.get_runtime_context().get_node_id()
         onnx = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(use_dynamo=False))
-        strategy = max_throughput([onnx, WeightsAotBackend()], remeasure_margin=100.0)
+        strategy = max_throughput([onnx, WeightsAotBackend()])
         strategy.enable_performance_validation(False)
         module = recorded("two-nodes", strategy)
         with RayExecutor(inline_artifact_limit_mb=0, remeasure_rounds=3, task_timeout_s=120,
@@ -650,7 +650,7 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
     ray_init(num_cpus=2, num_gpus=1)
     executor = RayExecutor(gpus_per_actor=0.5, log_dir=str(tmp_path / "logs"))
     try:
-        module = recorded("holder", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)], remeasure_margin=10.0))
+        module = recorded("holder", max_throughput([fast(tag=1), fast(tag=2), fast(tag=3)]))
         report = module.tune(executor=executor)
         stats = executor.actor_stats()
     finally:
@@ -660,6 +660,38 @@ def test_finalists_are_re_measured_on_the_actor_that_built_most_of_them(tmp_path
     assert len(finalists) == 3, [(r.key, r.status, r.error) for r in report.results]
     built = collections.Counter(r.log_path for r in finalists)
     assert sum(s["restores"] for s in stats) == len(finalists) - max(built.values()), (built, stats)
+
+
+def _ray_buffer_peak(tmp_path, tied: int) -> int:
+    """The peak of simulated buffers held on the one actor (a fresh process) of an executor while MaxThroughput
+    (one finalist) tunes tied candidates that each hold one."""
+    from aitune_ray.testing import SimAffine, sim
+
+    executor = RayExecutor(gpus_per_actor=1.0, max_actors=1, remeasure_rounds=5, log_dir=str(tmp_path / f"logs{tied}"))
+    try:
+        backends = [sim(f"tied{i}", ms=1.0, noise=0.0, buffer_bytes=100 << 20) for i in range(tied)]
+        # validation off: screening then prunes nothing for being slower (these calls take microseconds of real
+        # time, which the simulated clock does not see), so only the cap on finalists releases builds
+        strategy = max_throughput(backends, max_finalists=1).enable_performance_validation(False)
+        module = ait.Module(SimAffine(ms=2.0, noise=0.0), name=f"tied{tied}", strategy=strategy)
+        for bs in (1, 4):
+            module(torch.ones(bs, 3))
+        report = module.tune(executor=executor)
+        assert all(r.ok for r in report.results), [r.error for r in report.results]
+        (stats,) = executor.actor_stats()
+    finally:
+        executor.close()
+    return stats["simulated_buffer_peak"]
+
+
+def test_tied_candidates_on_ray_do_not_grow_what_the_actor_holds(tmp_path):
+    """Each build that screening leaves out of the finalists is released before its actor builds the next."""
+    ray_init(num_cpus=2, num_gpus=1)
+    try:
+        two, eight = _ray_buffer_peak(tmp_path, 2), _ray_buffer_peak(tmp_path, 8)
+    finally:
+        ray.shutdown()
+    assert two == 2 * (100 << 20) and eight <= 1.3 * two, (two, eight)   # the finalist and the build under way
 
 
 @pytest.mark.parametrize("gpus, built, expected", [

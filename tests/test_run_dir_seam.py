@@ -101,7 +101,7 @@ def test_with_a_run_folder_builds_are_released_as_without_one(tmp_path):
 class Recording(Executor):
     """An executor that records which of its members were reached."""
 
-    deploys_what_it_measured = True
+    concurrent_modules = True
 
     def __init__(self):
         self.calls: list[str] = []
@@ -137,7 +137,7 @@ def test_optional_members_reach_the_inner_executor(tmp_path):
     events = []
     wrapper.progress = events.append
     assert inner.progress is wrapper.progress
-    assert wrapper.deploys_what_it_measured is True
+    assert wrapper.concurrent_modules is True
     wrapper.release(None, None)
     wrapper.discard(None)
     assert inner.calls[-2:] == ["release", "discard"]

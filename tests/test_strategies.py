@@ -7,9 +7,10 @@ import torch
 
 import aitune_ray as ait
 from aitune_ray.cluster import InlineExecutor
+from aitune_ray.decision import CONFIRM_FAILED, judge
+from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.errors import CorrectnessError
-from aitune_ray.measure.timing import Timing
-from aitune_ray.results import OK, BuildResult
+from aitune_ray.results import OK
 from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, HelperConfig,
                            SkewedBackend, SleepyAffine, SlowBackend, WrongBackend, fresh_counters, helper,
                            reset_calls)
@@ -74,7 +75,7 @@ def test_one_backend_correct_but_slower_falls_back_to_eager():
     assert module.backend is None
     assert report.chosen is None
     assert "kept eager" in report.decision and "not faster" in report.decision
-    assert "slower than eager at bs 4" in report.decision
+    assert "slower than eager at its screening" in report.decision   # paired with eager right after its build
     assert result_of(report, backend).status == OK
     before = CALLS["infer:slow"]
     module(torch.ones(4, 3))
@@ -107,7 +108,7 @@ def test_first_wins_moves_past_failures_and_keeps_priority_order():
     # The first backend that builds, is correct and beats eager wins, though "later" is faster still.
     assert report.chosen == first.key()
     assert module.state == ait.ModuleState.TUNED
-    assert "first that passed" in report.decision
+    assert "the first accepted in priority order" in report.decision
     # Every candidate before the winner was tried once; none after it.
     assert [CALLS[f"build:{t}"] for t in ("failing", "wrong", "slow", "first", "later")] == [1, 1, 1, 1, 0]
     assert [r.key for r in report.results] == [b.key() for b in backends[:4]]
@@ -132,7 +133,7 @@ def test_first_wins_keeps_eager_when_all_fail():
     assert report.chosen is None
     assert module.state == ait.ModuleState.EAGER
     assert report.decision.startswith("kept eager")
-    for name in ("FailingBackend: error", "WrongBackend: rejected", "SlowBackend: slower than eager"):
+    for name in ("FailingBackend: error", "WrongBackend: rejected", "SlowBackend: slower than eager at its screening"):
         assert name in report.decision
     assert len(report.results) == 3
 
@@ -150,10 +151,10 @@ def test_max_throughput_picks_the_fastest_passing_backend():
     assert all(CALLS[f"build:{t}"] == 1 for t in ("failing", "quick", "wrong", "quickest", "slow"))
     assert len(report.results) == 5
     assert report.speedups[quickest.key()] > report.speedups[quick.key()] > 1.0
-    # quick is more than remeasure_margin behind quickest: judged on its unpaired first timings only
-    assert "fastest of 1 re-measured that passed" in report.decision
-    assert report.verdicts[quickest.key()]["interval"]["paired"]
-    assert not report.verdicts[quick.key()]["interval"]["paired"]
+    # both confirmed in one session (K=2: slow was pruned by its screening), the higher median chosen
+    assert report.verdicts[quickest.key()]["interval"]["paired"] and report.verdicts[quick.key()]["interval"]["paired"]
+    assert report.verdict["finalists"] == 2 and "K=2" in report.decision
+    assert "slower than eager at its screening" in report.notes[result_of(report, backends[4]).key]
 
 
 def test_max_throughput_without_performance_validation_picks_fastest_successful():
@@ -174,7 +175,7 @@ def test_max_throughput_keeps_eager_when_no_backend_beats_eager():
     report = module.tune(device="cpu")
     assert report.chosen is None
     assert module.state == ait.ModuleState.EAGER
-    assert report.decision.startswith("kept eager: no backend beat eager")
+    assert report.decision.startswith("kept eager: not faster")
     assert "SlowBackend" in report.decision
 
 
@@ -194,33 +195,30 @@ def test_min_speedup_ratio_is_enforced_through_the_strategy():
     assert "needs 4.000x" in report.decision
 
 
-def _result_with(median_ms: dict, key="cand") -> BuildResult:
-    return BuildResult(key=key, backend="X", spec={}, status=OK,
-                       timings={bs: Timing(bs, ms, ms, 0.0, 10).to_dict() for bs, ms in median_ms.items()})
+def _rounds(ms_by_bs: dict, n: int = 40) -> dict:
+    return {bs: [ms] * n for bs, ms in ms_by_bs.items()}
 
 
 def test_min_speedup_ratio_defaults_to_one_percent():
     strategy = ait.MaxThroughputStrategy([fast()])
-    assert strategy.min_speedup_ratio == 0.01
-    baseline = {1: Timing(1, 10.0, 10.0, 0.0, 10)}
-    mix = {1: 1}
-    assert not strategy.gate(_result_with({1: 10.0 / 1.005}), baseline, mix).passed   # 0.5% faster
-    assert strategy.gate(_result_with({1: 10.0 / 1.02}), baseline, mix).passed         # 2% faster
+    assert strategy.min_speedup_ratio == 0.01 and strategy.rule().gate == pytest.approx(1.01)
+    eager, mix = _rounds({1: 10.0}), {1: 1}
+    assert not judge("c", eager, _rounds({1: 10.0 / 1.005}), mix, strategy.rule(), 1).accepted   # 0.5% faster
+    assert judge("c", eager, _rounds({1: 10.0 / 1.02}), mix, strategy.rule(), 1).accepted         # 2% faster
     stricter = ait.MaxThroughputStrategy([fast()], min_speedup_ratio=0.05)
-    assert not stricter.gate(_result_with({1: 10.0 / 1.02}), baseline, mix).passed
+    assert not judge("c", eager, _rounds({1: 10.0 / 1.02}), mix, stricter.rule(), 1).accepted
     off = ait.MaxThroughputStrategy([fast()]).enable_performance_validation(False)
-    assert off.gate(_result_with({1: 20.0}), baseline, mix).passed
+    assert not off.rule().enabled
 
 
-def test_gate_judges_the_recorded_call_mix():
-    strategy = ait.FirstWinsStrategy([fast()])
-    baseline = {1: Timing(1, 10.0, 10.0, 0.0, 10), 8: Timing(8, 10.0, 10.0, 0.0, 10)}
-    # 2x faster at bs 8, 1% slower at bs 1 (inside the 3% noise tolerance): passes on a bs-8-heavy mix.
-    result = _result_with({1: 10.1, 8: 5.0})
-    outcome = strategy.gate(result, baseline, {1: 1, 8: 3})
-    assert outcome.passed
-    assert outcome.mix_speedup == pytest.approx(40.0 / 25.1)
-    assert outcome.speedups == {1: pytest.approx(10 / 10.1), 8: pytest.approx(2.0)}
+def test_the_rule_judges_the_recorded_call_mix():
+    rule = ait.FirstWinsStrategy([fast()]).rule()
+    eager = _rounds({1: 10.0, 8: 10.0})
+    # 2x faster at bs 8, 1% slower at bs 1 (inside the 3% noise tolerance): accepted on a bs-8-heavy mix.
+    outcome = judge("c", eager, _rounds({1: 10.1, 8: 5.0}), {1: 1, 8: 3}, rule, 1)
+    assert outcome.accepted
+    assert outcome.median == pytest.approx(40.0 / 25.1)
+    assert outcome.intervals[1]["median"] == pytest.approx(10 / 10.1) and outcome.intervals[8]["median"] == 2.0
 
 
 # ----- batch-size mix --------------------------------------------------------------------------
@@ -286,7 +284,7 @@ def test_report_dataframe_and_markdown():
         assert rows.loc["SlowBackend", f"p90_ms_bs{bs}"] >= rows.loc["SlowBackend", f"latency_ms_bs{bs}"]
         assert rows.loc["TorchEager (baseline)", f"throughput_bs{bs}"] == pytest.approx(bs / (eager_ms / 1e3))
     fast_row = rows.loc["FastBackend"]
-    assert fast_row["verdict"] == "faster" and fast_row["rounds"] == 30 and fast_row["paired"]
+    assert fast_row["verdict"] == "faster" and fast_row["rounds"] == CONFIRM_ROUNDS and fast_row["paired"]
     assert fast_row["speedup_low"] <= fast_row["speedup"] <= fast_row["speedup_high"]
     assert fast_row["speedup_low_bs4"] >= 1.01
     assert (rows["build_s"] >= 0).all()
@@ -297,7 +295,7 @@ def test_report_dataframe_and_markdown():
     assert f"Decision: {report.decision}" in text
     assert "FastBackend **(chosen)**" in text
     assert "| bs1 speedup [CI]; thr/s, ms/call; latency p50/p90 ms" in text and "bs4 speedup" in text
-    assert "30 paired rounds" in text and "latency: single calls" in text
+    assert f"{CONFIRM_ROUNDS} paired rounds" in text and "latency: single calls" in text
 
 
 def test_max_throughput_starts_costly_builds_first_and_first_wins_keeps_priority():
@@ -329,19 +327,15 @@ class DriftingBackend(FastBackend):
         return 0.0 if self.reactivated else 1.5 * EAGER_DELAY
 
 
-@pytest.mark.parametrize("rounds", [10, 0])
-def test_inline_max_throughput_remeasures_finalists_beside_eager_before_deciding(rounds):
+def test_a_backend_slower_when_screened_is_never_confirmed_and_no_rounds_keep_eager():
+    # screening times the build as it is right after it was made, paired with eager: this one is slower
+    # there (its speed would change once re-activated), so it never reaches a confirm session
     drifting = DriftingBackend(HelperConfig(tag="drifting"))
     module = recorded(ait.MaxThroughputStrategy([drifting], measure_config=FAST_MEASURE))
-    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=rounds))
-    result = result_of(report, drifting)
-    raw = result.timings[4]["median_ms"]
-    assert raw > 1.2 * EAGER_DELAY * 1e3                       # first timed: slower than eager
-    if rounds:
-        again = result.remeasured[4]
-        assert again["runs"] == rounds and again["median_ms"] < 0.5 * EAGER_DELAY * 1e3
-        assert report.remeasured_baseline[4]["runs"] == rounds
-        assert report.chosen == drifting.key()                  # judged on the side-by-side numbers
-    else:
-        assert not result.remeasured and not report.remeasured_baseline
-        assert report.chosen is None                             # the first numbers alone keep eager
+    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=10))
+    assert report.chosen is None and "slower than eager at its screening" in report.decision
+    assert not result_of(report, drifting).remeasured
+    # a confirm session of no rounds cannot run: eager is kept, and the verdict says why
+    module = recorded(ait.MaxThroughputStrategy([fast()], measure_config=FAST_MEASURE))
+    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=0))
+    assert report.chosen is None and report.verdict["kind"] == CONFIRM_FAILED and "round" in report.decision

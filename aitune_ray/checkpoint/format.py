@@ -74,6 +74,7 @@ class ModuleRecord:
     is_jit: Optional[bool] = None
     failure: str = ""
     gpu_kind: str = ""     # the GPU kind its decision is for ("" when the job named none)
+    verdict: dict[str, Any] = dataclasses.field(default_factory=dict)   # the decision's Verdict.to_dict()
 
 
 @dataclasses.dataclass

@@ -12,9 +12,9 @@ selected function's recorded samples in the object store once (on the CPU). Then
   actor's GPU, against reference outputs computed there); a generated provider is benchmarked the same way
   as soon as it arrives;
 - per function, the original is timed on each GPU that measured a valid candidate, and the choice rule
-  (kernel_forge.selection) decides; its interleaved re-measure of finalists runs on one actor.
+  (kernel_forge.selection) decides; the confirm session of its finalists runs on one actor.
 
-Every record names the GPU and node its numbers came from, and its re-measure where there was one
+Every record names the GPU and node its numbers came from, and its confirm session's judgement where there was one
 (ProviderBenchmark.remeasured). Only plain data crosses: function names, to_dict() of providers and
 generators, CPU FunctionData (once per function), record dicts back. A driver without CUDA tuning for
 CUDA actors profiles on its CPU: the time shares then come from CPU kernels.
@@ -50,7 +50,6 @@ from aitune_ray.kernel_forge.profiler import uses_cuda
 from aitune_ray.kernel_forge.runner import ForgeRunner
 from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError, profile_in_child
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
-from aitune_ray.kernel_forge.selection import finalists_to_remeasure  # noqa: F401 (for callers)
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import BuildResult, CandidateJob
 from aitune_ray.samples import move

@@ -39,6 +39,7 @@ from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.pool import ActorPool
 from aitune_ray.cluster.schedule import Request, Schedule
 from aitune_ray.cluster.session import RaySession, check_reachable, cpu_module, tensors_of_sample
+from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task
 from aitune_ray.cluster.timing_calls import TimingCalls
@@ -72,7 +73,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
     log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
-    remeasure_rounds: A B A B ... rounds per batch size when finalists are re-measured on one actor.
+    remeasure_rounds: paired shuffled rounds per recorded batch size of the confirm session (aitune_ray.decision).
     gpu_kind: the GPU kind to tune for on a cluster of several (Ray's accelerator type, "H100", or a custom
         resource label its nodes carry; aitune_ray.cluster.kinds): actors go only to nodes of that kind, and
         a cluster without one is refused at open(). None: any node.
@@ -86,7 +87,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
     def __init__(self, address: str | None = None, *, gpus_per_actor: float | None = None, cpus_per_actor: float = 1,
                  max_actors: int | None = None, task_timeout_s: float = 1800.0, max_actor_restarts: int = 3,
                  artifact_dir: str | None = None, inline_artifact_limit_mb: int = 256, log_dir: str | None = None,
-                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = 30,
+                 progress: Callable[[dict], None] | None = None, remeasure_rounds: int = CONFIRM_ROUNDS,
                  warm_up: str = "compile", gpu_kind: str | None = None):
         if (gpus_per_actor is not None and gpus_per_actor < 0) or cpus_per_actor < 0:
             raise ConfigError("gpus_per_actor and cpus_per_actor must not be negative")
@@ -107,6 +108,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
         self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
         self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
+        self._restores: dict[tuple[str, str], Backend] = {}   # finalists restored here by a confirm session
         self.warm_up = warm_up
         self.gpu_kind = gpu_kind or None
         self._pool: ActorPool | None = None
@@ -233,6 +235,15 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         return handle
 
 
+    def _restored(self, context: TuneContext, result: BuildResult) -> Backend:
+        """result's backend restored on this driver (once per module; materialize() hands out the same one)."""
+        key = (context.name, result.key)
+        if key not in self._restores:
+            self._restores[key] = self._restore(context, result)
+        backend = self._restores[key]
+        backend.activate()
+        return backend
+
     def release(self, context: TuneContext, result: BuildResult) -> None:
         """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
         handle hands each result on before that actor's next build is dispatched)."""
@@ -255,6 +266,14 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         return sent
 
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
+        """The backend the confirm session timed on this driver, where it ran here; else restored now."""
+        held = self._restores.pop((context.name, result.key), None)
+        if held is not None:
+            held.activate()
+            return held
+        return self._restore(context, result)
+
+    def _restore(self, context: TuneContext, result: BuildResult) -> Backend:
         where = Path(context.workdir) / "materialized" / result.key
         files = artifacts.fetch(result.artifacts, where / "artifacts")
         if result.device.startswith("cuda") and not torch.cuda.is_available():
@@ -277,6 +296,8 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
 
     def discard(self, context: TuneContext) -> None:
         self._boxes.pop(context.name, None)
+        for key in [k for k in self._restores if k[0] == context.name]:
+            self._restores.pop(key).deactivate()
         if self.pool is not None:
             for slot in self.pool.alive():
                 slot.actor.discard.remote(context.name)

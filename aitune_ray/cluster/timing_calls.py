@@ -1,5 +1,6 @@
 """TimingCalls: a RayExecutor's timing sessions in the job's schedule: a module's eager baseline (on an actor,
-or on the driver with the one actor held idle) and its finalists' re-measure beside eager on one actor. Each
+or on the driver with the one actor held idle) and its confirm session (on the driver that holds the target
+GPU, else on one actor). Each
 is a timing Request, which the schedule runs before any build and alone on its actor. A mixin of RayExecutor
 (aitune_ray.cluster.ray_executor).
 """
@@ -10,8 +11,10 @@ import collections
 import logging
 import platform
 import time
+from pathlib import Path
 
 from aitune_ray.cluster.schedule import Request
+from aitune_ray.decision.session import Session
 from aitune_ray.device import gpu_identity
 from aitune_ray.errors import BuildError
 from aitune_ray.executor import TuneContext
@@ -19,7 +22,7 @@ from aitune_ray.failures import classify, short
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import ERROR, BuildResult
-from aitune_ray.worker import finalist, remeasured_eager
+from aitune_ray.worker import confirm_session, confirmed, finalist
 
 logger = logging.getLogger(__name__)
 
@@ -94,21 +97,24 @@ class TimingCalls:
                       elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in data.items()}
 
-    def remeasure(self, context: TuneContext, results: list[BuildResult],
-                  baseline: dict[int, Timing]) -> dict[int, Timing] | None:
-        # Always, as inline: numbers of one GPU taken at different times drift too. On the actor that built most
-        # finalists (which restores fewest), else one on the GPU that measured most, else any idle one.
+    def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session (aitune_ray.decision): on this driver when it holds the target GPU (where it times
+        eager itself, see _driver_times), with each finalist restored here as materialize() then deploys it
+        (the very objects), one actor held idle meanwhile; else on one actor, the one that built most
+        finalists (which restores fewest). A session that fails (a finalist's restore aside) keeps eager; one
+        whose actor died is run once more, whole, on another."""
         if not results:
-            return None
+            return Session.failure("no finalists")
         self.schedule.hand_on(context.name)   # the actors of this module's results it has taken
+        if self._driver_times(context):
+            return self._confirm_on_driver(context, results)
         identities = collections.Counter((r.node, r.gpu) for r in results)
         payload = [{**finalist(r), "artifacts": self._outbound(context, r)} for r in results]
         rank = remeasure_rank(results)
-
-        for attempt in (1, 2):   # an actor that died re-measuring was replaced: the second try is on another
-            request = Request("remeasure", (context.name, self.box(context), self.intent(context), payload,
-                                            self.remeasure_rounds, context.measure.to_dict()), context.name,
-                              self.task_timeout_s, name=f"remeasure {context.name}", timing=True,
+        for attempt in (1, 2):   # an actor that died in the session was replaced: a whole new session, elsewhere
+            request = Request("confirm", (context.name, self.box(context), self.intent(context), payload,
+                                          self.remeasure_rounds, context.measure.to_dict()), context.name,
+                              self.task_timeout_s, name=f"confirm {context.name}", timing=True,
                               on_cpu=self.intent(context) == "cpu", rank=rank if attempt == 1 else None)
             self.schedule.submit(request)
             while not request.started.wait(5.0):
@@ -117,7 +123,7 @@ class TimingCalls:
             started = time.monotonic()
             self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
             try:
-                out = self._run(request, f"re-measurement of {context.name}")
+                out = self._run(request, f"confirm session of {context.name}")
                 break
             except BuildError as exc:
                 self.emit(context, "done", task="remeasure", status=ERROR, where=where,
@@ -125,11 +131,44 @@ class TimingCalls:
                 lost = exc.__cause__ is not None and classify(exc.__cause__).worker_lost
                 # (the text, not the exception: a kept log record would keep its frames and their locals)
                 if attempt == 2 or not lost or not self.pool.alive():
-                    logger.warning("[%s] finalists keep their raw numbers: %s", context.name, str(exc))
-                    return None
-                logger.warning("[%s] re-measuring again on another actor: %s", context.name, str(exc))
-        self.emit(context, "done", task="remeasure", status="ok", where=where, elapsed_s=time.monotonic() - started)
-        eager = remeasured_eager(results, out)
-        logger.info("[%s] re-measured eager and %d finalists from %d GPUs side by side on %s %s", context.name,
-                    len(out["results"]), len(identities), out["node"], out["gpu"])
-        return eager
+                    return Session.failure(str(exc), " ".join(str(v) for v in where.values() if v))
+                logger.warning("[%s] the confirm session's actor was lost; a new session on another: %s",
+                               context.name, str(exc))
+        self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok", where=where,
+                  elapsed_s=time.monotonic() - started)
+        logger.info("[%s] confirm session of %d finalists from %d GPUs on %s %s", context.name, len(results),
+                    len(identities), out.get("node"), out.get("gpu"))
+        return confirmed(results, out)
+
+    def _confirm_on_driver(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session on this driver, on finalists restored here and kept for materialize(), with one
+        actor held idle (nothing else runs on the GPU meanwhile)."""
+        request = Request("confirm", (), context.name, self.task_timeout_s, name=f"confirm {context.name}",
+                          timing=True, on_cpu=self.intent(context) == "cpu", on_driver=True)
+        self.schedule.submit(request)
+        where = {"node": platform.node(), "gpu": f"driver ({gpu_identity(context.device)})"}
+        started = time.monotonic()
+        try:
+            while not request.started.wait(5.0):
+                pass
+            self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
+            backends, errors = {}, {}
+            for r in results:
+                try:
+                    backends[r.key] = self._restored(context, r)
+                except Exception as exc:  # noqa: BLE001 - that finalist is left out, the others stand
+                    logger.exception("[%s] cannot restore %s for the confirm session", context.name, r.key)
+                    errors[r.key] = f"{type(exc).__name__}: {exc}"
+            try:
+                with turns_for(context.device, self.actors_share_gpus()).timing():
+                    out = confirm_session(context.module, context.samples, context.device, backends,
+                                          self.remeasure_rounds, context.measure, Path(context.workdir) / "control")
+            finally:
+                for backend in backends.values():
+                    backend.deactivate()
+        finally:
+            self.schedule.release(request)
+        out.update(errors=errors, node=where["node"], gpu=where["gpu"])
+        self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok", where=where,
+                  elapsed_s=time.monotonic() - started)
+        return confirmed(results, out)

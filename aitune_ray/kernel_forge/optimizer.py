@@ -8,9 +8,10 @@ make_plan(function, data, module=...):
      counted from its submission;
   5. every candidate goes through the same benchmark_provider: prepare, validate on every distinct
      sample, time the GCD-reduced call mix;
-  6. per function, the choice rule (kernel_forge.selection): speedups against the original on each
-     candidate's own GPU, close or cross-GPU finalists re-timed interleaved on one device, and the
-     fastest kept only if it beats the original.
+  6. per function, the decision procedure (kernel_forge.selection, aitune_ray.decision): speedups against
+     the original on each candidate's own GPU rank them; the best few are confirmed beside the original in
+     paired shuffled rounds at every recorded shape on one device, and kept only when accepted (faster over
+     the function's call mix, not slower at any recorded shape).
 Steps 1-2 are profile_functions(), on the calling thread (the profiler is best run on the thread that
 owns it); steps 3-6 are search(), which an executor may run on a thread of its own. Where the tasks of
 steps 3-6 run is the injected runner's business (kernel_forge.runner: LocalRunner here, RayForgeRunner
@@ -35,7 +36,7 @@ from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.kernel_forge.runner import ForgeRunner, LocalRunner
-from aitune_ray.kernel_forge.selection import REMEASURE_MARGIN, apply_interleaved, choose, select_best  # noqa: F401
+from aitune_ray.kernel_forge.selection import MAX_FINALISTS, choose
 from aitune_ray.measure.timing import MeasureConfig
 
 if TYPE_CHECKING:
@@ -98,9 +99,9 @@ class KernelOptimizer:
     """Finds, per profiled torch.nn.functional function, the fastest valid replacement.
 
     tolerance: one relative L2 bound for every candidate (None: each provider's own, by dtype).
-    measure: how each candidate's call mix is timed. final_rounds: rounds of the interleaved re-measure
-    of close or cross-GPU finalists (0: decide on the separate medians); remeasure_margin: how close
-    (kernel_forge.selection). warmup_iterations: unprofiled passes over the data first.
+    measure: how each candidate's call mix is timed (for ranking). final_rounds: paired rounds per recorded
+    shape of the confirm session (0: none, and the original stays); max_finalists: candidates confirmed per
+    function at most (kernel_forge.selection). warmup_iterations: unprofiled passes over the data first.
     kernel_utils: AITune's option, accepted as its default KernelUtils() only (see kernel_forge.kernel_utils).
     kernel_profiler_factory: makes the profiler, given function_names. runner: where the benchmarks,
     generators and timings run (default: LocalRunner, in this process).
@@ -114,7 +115,7 @@ class KernelOptimizer:
                  generation_timeout: float = DEFAULT_GENERATION_TIMEOUT, *, tolerance: float | None = None,
                  measure: MeasureConfig | None = None, final_rounds: int = 20, warmup_iterations: int = 2,
                  kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler,
-                 remeasure_margin: float = REMEASURE_MARGIN, runner: ForgeRunner | None = None,
+                 max_finalists: int = MAX_FINALISTS, runner: ForgeRunner | None = None,
                  kernel_utils: KernelUtils | None = None):
         check_kernel_utils(kernel_utils)   # AITune's option: only its default is meaningful here
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider)
@@ -131,7 +132,7 @@ class KernelOptimizer:
         self.final_rounds = int(final_rounds)
         self.warmup_iterations = warmup_iterations
         self.kernel_profiler_factory = kernel_profiler_factory
-        self.remeasure_margin = float(remeasure_margin)
+        self.max_finalists = int(max_finalists)
         self.runner = runner or LocalRunner()
         self.summary: pd.DataFrame | None = None
         self.records: list[ProviderBenchmark] = []
@@ -262,15 +263,15 @@ class KernelOptimizer:
             return None
         originals = self.runner.originals(self, search, {(r.node, r.gpu) for r in valid})
 
-        def remeasure(finalists: list[ProviderBenchmark]) -> None:
+        def confirm(finalists: list[ProviderBenchmark]) -> dict | None:
             out = self.runner.interleaved(self, search, finalists)
             if out is not None:
-                apply_interleaved(finalists, out)
-                logger.info("re-measured the original %s and %d finalist(s) interleaved on %s", search.function,
+                logger.info("confirm session of the original %s and %d finalist(s) on %s", search.function,
                             len(finalists), out.get("gpu") or "this device")
+            return out
 
-        best = choose(search.function, search.records, originals, remeasure if self.final_rounds > 0 else None,
-                      self.remeasure_margin)
+        best = choose(search.function, search.records, originals, confirm if self.final_rounds > 0 else None,
+                      max_finalists=self.max_finalists)
         if best is None:
             return None
         return best.live if best.live is not None else kernel_provider_from_dict(best.provider)

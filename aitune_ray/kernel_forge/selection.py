@@ -1,107 +1,91 @@
-"""The one kernel-choice rule: which candidate of a function is kept, from its benchmark records.
+"""The kernel choice: which candidate of a function is kept, by the one decision procedure (aitune_ray.decision).
 
-Pure: no timing, no device, no Ray. The timings it needs come through two callables of the runner that
-made the records (in this process or on Ray actors), so every executor chooses the same way:
+Pure: no timing, no device, no Ray. The timings come through the runner that made the records (in this process
+or on Ray actors), so every executor chooses the same way:
 
-1. each valid candidate's speedup is taken against the original function timed on its own GPU
-   (``originals``: (node, gpu) -> the original's record); a candidate whose GPU has no original is
-   compared with another GPU's and must be re-measured;
-2. when the best wins by less than ``margin``, or candidates within ``margin`` of it come from different
-   GPUs (or lack their own original), the original and those finalists are re-measured interleaved
-   (A B A B ...) on one device (``remeasure(finalists)``), and the choice is made among the finalists that
-   were re-measured, on those numbers;
-3. the fastest candidate is kept only when it beats the original.
+1. screening: each valid candidate's speedup against the original function timed on its own GPU
+   (``originals``: (node, gpu) -> the original's record) ranks the candidates; the max_finalists best go on;
+2. confirm: the original, an A/A control (the original again, as a callable of its own) and the finalists
+   timed in paired shuffled rounds at every recorded sample (shape) of the function, on one device
+   (``confirm(finalists)``, the runner's "interleaved" task);
+3. accept: the decision's rule with the original as the baseline and the function's recorded call mix as the
+   mix: superiority over the mix, non-inferiority at every recorded shape, at confidence 1 - alpha/K. The
+   accepted finalist with the highest median is kept; else the original stays.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable
 
-from aitune_ray.kernel_forge.records import ProviderBenchmark
+from aitune_ray.decision import Rule, Session, decide
+from aitune_ray.kernel_forge.records import ORIGINAL, ProviderBenchmark
 
 logger = logging.getLogger(__name__)
 
-#: A provider winning by less than this fraction is re-measured interleaved on one GPU before it is kept.
-REMEASURE_MARGIN = 0.05
+MAX_FINALISTS = 3
 
 
-def finalists_to_remeasure(valid: list[ProviderBenchmark], margin: float = REMEASURE_MARGIN,
-                           unmatched: Iterable[int] = ()) -> list[ProviderBenchmark]:
-    """The candidates to re-measure interleaved on one GPU before choosing, best first; [] when the raw
-    numbers decide. valid: records with speedups against the original on their own GPU. The best is
-    re-measured when its win is under margin (with every candidate within margin of it); candidates within
-    margin of the best are re-measured together when they came from different GPUs, or when one of them
-    (an id() in unmatched) had no original timed on its own GPU."""
-    ranked = sorted((r for r in valid if r.speedup is not None), key=lambda r: r.speedup, reverse=True)
-    if not ranked or ranked[0].speedup <= 1.0:
-        return []
-    best = ranked[0]
-    close = [r for r in ranked if r.speedup * (1.0 + margin) >= best.speedup]
-    unmatched = set(unmatched)
-    if best.speedup < 1.0 + margin or len({(r.node, r.gpu) for r in close}) > 1 \
-            or any(id(r) in unmatched for r in close):
-        return close
-    return []
-
-
-def set_speedups(valid: list[ProviderBenchmark], originals: dict[tuple, ProviderBenchmark]) -> set[int]:
-    """Each record's speedup against the original of its own (node, gpu); returns the id()s of records
-    that had none there (compared with another GPU's original instead)."""
-    unmatched = set()
+def set_speedups(valid: list[ProviderBenchmark], originals: dict[tuple, ProviderBenchmark]) -> None:
+    """Each record's screening speedup against the original of its own (node, gpu) (another GPU's where its
+    own has none: a ranking only, never a decision)."""
     for record in valid:
-        base = originals.get((record.node, record.gpu))
-        if base is None:   # its worker was replaced by one on another GPU: compare after a re-measure
-            base = next(iter(originals.values()))
-            unmatched.add(id(record))
+        base = originals.get((record.node, record.gpu)) or next(iter(originals.values()))
         record.speedup = base.median_ms / max(record.median_ms, 1e-9)
-    return unmatched
 
 
-def apply_interleaved(finalists: list[ProviderBenchmark], out: dict) -> None:
-    """Take an interleaved re-measure (the forge's "interleaved" task output: the original's and each
-    finalist's, by index, timings on one GPU) into the finalists' records."""
-    base = out["original"]["median_ms"]
-    for index, record in enumerate(finalists):
-        timing = out["candidates"].get(str(index))
-        if timing is None:
-            logger.warning("%s was not re-measured: %s", record.description, out["errors"].get(str(index)))
-            continue
-        speedup = base / max(timing["median_ms"], 1e-9)
-        record.remeasured = {"gpu": out["gpu"], "node": out["node"], "rounds": out["rounds"],
-                             "median_ms": timing["median_ms"], "cv": timing["cv"], "original_ms": base,
-                             "speedup": speedup, "raw_speedup": record.speedup}
-        record.speedup = speedup
+def forge_session(out: dict | None) -> tuple[Session, dict[int, int]]:
+    """(the Session, the call mix by shape index) of a runner's "interleaved" output; a failed session for None."""
+    if not out:
+        return Session.failure("the confirm session of the original and its finalists did not run"), {}
+    if out.get("failed"):
+        return Session.failure(out["failed"], out.get("gpu", "")), {}
 
+    def rounds(per: dict) -> dict[int, list[float]]:
+        return {int(shape): list(t["rounds_ms"]) for shape, t in per.items()}
 
-def select_best(valid: list, function: str):
-    """The fastest valid candidate, marked selected, if it beats the original function; else None."""
-    best = max(valid, key=lambda r: r.speedup or 0.0)
-    if (best.speedup or 0.0) <= 1.0:
-        logger.info("no candidate beats the original %s (best: %s, %.2fx)", function, best.description,
-                    best.speedup or 0.0)
-        return None
-    best.selected = True
-    return best
+    session = Session(rounds(out["original"]), rounds(out["control"]),
+                      {key: rounds(per) for key, per in out["candidates"].items()}, dict(out.get("errors") or {}),
+                      " ".join(str(out.get(k) or "") for k in ("node", "gpu")).strip())
+    return session, {int(shape): int(n) for shape, n in out["mix"].items()}
 
 
 def choose(function: str, records: list[ProviderBenchmark], originals: dict[tuple, ProviderBenchmark],
-           remeasure: Callable[[list[ProviderBenchmark]], None] | None,
-           margin: float = REMEASURE_MARGIN) -> ProviderBenchmark | None:
-    """The record of the candidate to keep for function, or None (the original stays). remeasure: fills
-    the finalists' remeasured numbers (apply_interleaved); None: the raw numbers always decide."""
-    valid = [r for r in records if r.ok and r.median_ms is not None]
+           confirm: Callable[[list[ProviderBenchmark]], dict | None] | None, rule: Rule | None = None,
+           max_finalists: int = MAX_FINALISTS) -> ProviderBenchmark | None:
+    """The record of the candidate to keep for function, or None (the original stays). confirm(finalists):
+    the runner's paired rounds of the original, the A/A control and the finalists (None: no session can run,
+    and nothing is kept)."""
+    valid = [r for r in records if r.ok and r.median_ms is not None and r.source != ORIGINAL]
     if not valid:
         return None
     if not originals:
         logger.warning("the original %s could not be timed on any worker", function)
         return None
-    unmatched = set_speedups(valid, originals)
-    finalists = finalists_to_remeasure(valid, margin, unmatched) if remeasure is not None else []
-    if finalists:
-        remeasure(finalists)
-        valid = [r for r in finalists if r.remeasured is not None]
-        if not valid:
-            logger.warning("nothing is kept for %s: its finalists could not be re-measured on one GPU", function)
-            return None
-    return select_best(valid, function)
+    set_speedups(valid, originals)
+    finalists = sorted(valid, key=lambda r: r.speedup, reverse=True)[:max(1, max_finalists)]
+    if confirm is None:
+        logger.info("no confirm session for %s (final_rounds is 0): the original is kept", function)
+        return None
+    out = confirm(finalists)
+    session, mix = forge_session(out)
+    verdict = decide(session, [str(i) for i in range(len(finalists))], mix, rule or Rule())
+    for index, record in enumerate(finalists):
+        judged = verdict.judgements.get(str(index))
+        record.remeasured = {"verdict": judged.kind if judged else verdict.kind, "gpu": (out or {}).get("gpu", ""),
+                             "node": (out or {}).get("node", ""),
+                             "rounds": verdict.rounds, "confidence": verdict.confidence,
+                             "finalists": verdict.finalists, "raw_speedup": record.speedup,
+                             **({"speedup": judged.median, "interval": judged.interval,
+                                 "intervals": judged.intervals} if judged else {"why": verdict.why})}
+        if judged:
+            record.speedup = judged.median
+    if verdict.chosen is None:
+        control = verdict.control.intervals if verdict.control else {}
+        logger.info("nothing is kept for %s: %s%s; the A/A control by shape: %s", function, verdict.kind,
+                    f" ({verdict.why})" if verdict.why else "",
+                    ", ".join(f"{shape}: {i['median']:.3f}x [{i['low']:.3f}, {i['high']:.3f}]" for shape, i in control.items()))
+        return None
+    best = finalists[int(verdict.chosen)]
+    best.selected = True
+    return best

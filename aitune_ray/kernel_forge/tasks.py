@@ -1,5 +1,5 @@
 """The kernel forge's tasks on a worker: provider benchmarks, generator runs, the original function's
-timing and interleaved re-measures, on one function's recorded samples.
+timing and the confirm sessions of its finalists ("interleaved"), on one function's recorded samples.
 
 A function's samples are named by a token and fetched once (fetch(): CPU FunctionData; on a Ray actor
 from the object store), moved to the worker's device, and the original function's reference outputs are
@@ -9,16 +9,18 @@ dict naming this worker's GPU and node. No Ray here.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from aitune_ray.kernel_forge.evaluate import benchmark_original, benchmark_provider, reference_outputs, run_generator
-from aitune_ray.kernel_forge.function_samples import FunctionData, FunctionSample, benchmark_mix, fresh_copy
+from aitune_ray.kernel_forge.function_samples import FunctionData, FunctionSample, fresh_copy
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import kernel_provider_from_dict
-from aitune_ray.measure.timing import MeasureConfig, measure_interleaved
+from aitune_ray.measure.timing import MeasureConfig, paired_rounds
 from aitune_ray.samples import move
 
 logger = logging.getLogger(__name__)
@@ -86,30 +88,45 @@ class ForgeTasks:
 
     def interleaved(self, box: tuple, device: torch.device, function: str, providers: list[dict],
                     rounds: int) -> dict:
-        """The original and each provider (its prepared to_dict()) timed in turn, A B C A B C ..., over the
-        function's call mix. Returns the original's and each provider's (by index) Timing dicts."""
+        """The confirm session of a function's finalists (aitune_ray.kernel_forge.selection): the original, an
+        A/A control (the original again, timed as a callable of its own) and each provider (its prepared to_dict()),
+        in paired shuffled rounds at every recorded sample of the function. Returns {"original", "control",
+        "candidates" (index -> timings)}: timings by sample index (Timing dicts); "mix": sample index -> calls
+        (the recorded counts over their GCD); "errors", "rounds", "gpu", "node"; "failed" where none ran."""
         data, _ = self._data(box, device)
-        mix = benchmark_mix(data)
-        copies = {id(s): fresh_copy(s) for s in mix}
-        calls = [copies[id(s)] for s in mix]
-
-        def one_pass(fn):
-            return lambda: [fn(*args, **kwargs) for args, kwargs in calls]
-
-        fns = {"original": one_pass(getattr(F, function))}
+        entries = [(count, sample) for count, sample in data if count > 0]
+        divisor = 0
+        for count, _ in entries:
+            divisor = math.gcd(divisor, count)
+        original = getattr(F, function)
+        # the A/A control: the original again, as a callable of its own, timed like every other one
+        calls: dict[str, Any] = {"original": original, "control": original}
         errors: dict[str, str] = {}
         for index, spec in enumerate(providers):
             try:
                 live = kernel_provider_from_dict(spec)
                 if not live.is_ready and not live.prepare([s for _, s in data]):
                     raise RuntimeError(live.reason or "not every sample is supported")
-                fns[str(index)] = one_pass(live)
-            except Exception as exc:  # noqa: BLE001 - one candidate cannot stop the others' re-measure
+                calls[str(index)] = live
+            except Exception as exc:  # noqa: BLE001 - one candidate cannot stop the others' session
                 errors[str(index)] = f"{type(exc).__name__}: {exc}"
-        timings = measure_interleaved(fns, device, len(calls), rounds=rounds)
-        original = timings.pop("original")
-        logger.info("forge: re-measured %s and %d candidate(s) interleaved on %s", function, len(timings),
+        where = {"errors": errors, "rounds": rounds, "gpu": self.identity.get("gpu", ""),
+                 "node": self.identity.get("node", "")}
+        groups = {}
+        for shape, (_, sample) in enumerate(entries):
+            args, kwargs = fresh_copy(sample)
+            groups[shape] = {name: functools.partial(call, *args, **kwargs) for name, call in calls.items()}
+        try:
+            timed = paired_rounds(groups, device, rounds)
+        except Exception as exc:  # noqa: BLE001 - a failed session keeps the original
+            logger.exception("forge: the confirm session of %s failed", function)
+            return {**where, "failed": f"{type(exc).__name__}: {exc}"}
+
+        def plain(per):
+            return {shape: t.to_dict() for shape, t in per.items()}
+
+        logger.info("forge: confirm session of %s and %d candidate(s) on %s", function, len(calls) - 2,
                     self.identity.get("gpu"))
-        return {"original": original.to_dict(), "candidates": {k: t.to_dict() for k, t in timings.items()},
-                "errors": errors, "rounds": rounds, "gpu": self.identity.get("gpu", ""),
-                "node": self.identity.get("node", "")}
+        return {**where, "original": plain(timed.pop("original")), "control": plain(timed.pop("control")),
+                "candidates": {k: plain(t) for k, t in timed.items()},
+                "mix": {shape: count // divisor for shape, (count, _) in enumerate(entries)}}

@@ -1,4 +1,4 @@
-"""Speedup with its uncertainty: a bootstrap confidence interval of the median speedup over rounds.
+"""Speedup with its uncertainty: the confidence interval of the median paired speedup over rounds.
 
 Paired rounds (a side-by-side measurement): round i timed eager and the candidate moments apart, so the
 per-round ratio eager_ms[i] / candidate_ms[i] cancels what drifts between rounds. Over a call mix the
@@ -8,10 +8,8 @@ one from order statistics: the median of n rounds lies between the j-th smallest
 with a probability given by the binomial(n, 1/2) distribution, whatever the noise's shape. It is what a
 bootstrap over rounds approximates, exact in its coverage and free of resampling cost.
 
-Unpaired samples (timings taken apart, e.g. when an executor does not re-measure): each side's bursts
-are resampled on their own and the statistic is the ratio of the mix times of their medians.
-
-The bootstrap is seeded: the same data give the same interval.
+Only paired rounds decide (aitune_ray.decision): timings taken apart, at different moments or on different
+devices, are never compared.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import torch
 class Interval:
     """A speedup (eager time / candidate time) and its confidence interval.
 
-    spread: interquartile range over median of the per-round ratios (0 when unpaired: no rounds)."""
+    spread: interquartile range over median of the per-round ratios."""
 
     median: float
     low: float
@@ -63,13 +61,6 @@ def _median(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
     n = ordered.shape[dim]
     lo, hi = ordered.select(dim, (n - 1) // 2), ordered.select(dim, n // 2)
     return (lo + hi) / 2
-
-
-def _percentiles(values: torch.Tensor, confidence: float) -> tuple[float, float]:
-    alpha = (1.0 - confidence) / 2
-    q = torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)
-    low, high = torch.quantile(values, q).tolist()
-    return low, high
 
 
 def spread_of(values: list[float]) -> float:
@@ -109,25 +100,3 @@ def paired_interval(eager: dict[int, list[float]], candidate: dict[int, list[flo
     ratios = per_round_ratios(eager, candidate, weights)
     point, low, high = median_interval(ratios, confidence)
     return Interval(point, low, high, len(ratios), True, spread_of(ratios) if len(ratios) > 1 else 0.0)
-
-
-def unpaired_interval(eager: dict[int, list[float]], candidate: dict[int, list[float]], weights: dict[int, int],
-                      confidence: float = 0.95, resamples: int = 1000, seed: int = 0) -> Interval:
-    """Bootstrap interval of (mix time of eager's medians) / (mix time of the candidate's medians)."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def mix_of_medians(series: dict[int, list[float]]) -> tuple[float, torch.Tensor]:
-        point, boot = 0.0, torch.zeros(resamples, dtype=torch.float64)
-        for bs, count in weights.items():
-            values = torch.tensor(series[bs], dtype=torch.float64)
-            point += count * float(_median(values))
-            picks = torch.randint(0, values.numel(), (resamples, values.numel()), generator=gen)
-            boot += count * _median(values[picks])
-        return point, boot
-
-    e_point, e_boot = mix_of_medians(eager)
-    c_point, c_boot = mix_of_medians(candidate)
-    point = e_point / c_point
-    low, high = _percentiles(e_boot / c_boot, confidence)
-    rounds = min(len(series[bs]) for series in (eager, candidate) for bs in weights)
-    return Interval(point, min(low, point), max(high, point), rounds, False, 0.0)

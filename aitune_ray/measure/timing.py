@@ -128,16 +128,6 @@ class Timing:
         return cls(**data)
 
 
-def merge_timings(first: Timing, second: Timing) -> Timing:
-    """One timing of the bursts of both, in order (rounds of a second side-by-side pass follow the first)."""
-    merged = _stats(first.samples_ms() + second.samples_ms(), first.batch_size)
-    merged.calls_per_burst = max(first.calls_per_burst, second.calls_per_burst)
-    merged.recompiles = first.recompiles + second.recompiles
-    merged.latency_p50_ms, merged.latency_p90_ms = first.latency_p50_ms, first.latency_p90_ms
-    merged.event_ms = first.event_ms
-    return merged
-
-
 # ----- the clock -------------------------------------------------------------------------------
 
 _clock: Callable[[], float] = time.perf_counter
@@ -218,6 +208,11 @@ def burst_length(fn: Callable[[], object], device: torch.device, burst_ms: float
     probe = max(min_burst, min(max_burst, math.ceil(burst_ms / 4 / max(single, 1e-4))))
     per_call = _time_once(fn, device, probe)
     return max(min_burst, 1, min(max_burst, math.ceil(burst_ms / max(per_call, 1e-4))))
+
+
+def summary(times: list[float], batch_size: int) -> Timing:
+    """A Timing of per-burst (or per-round) milliseconds per call, in the order taken."""
+    return _stats(times, batch_size)
 
 
 def _stats(times: list[float], batch_size: int) -> Timing:
@@ -340,44 +335,68 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
 
     Every call first sees every recorded batch size once (see_every_size: a backend restored from its
     recipe then serves each size as it will when deployed). Then one recorded batch size at a time, as a
-    serving loop runs it: each call is warmed up and gets its own burst length, then settle_ms of untimed
+    serving loop runs it: each call is warmed up and times as many calls per burst as the first, then settle_ms of untimed
     load (the module docstring says why), then the rounds, back to back. Every round times every call once,
     in an order shuffled anew for each round (seeded: the same seed gives the same orders), so that drift
     and periodic interference hit them alike and each round is a paired comparison. Each call cycles
     through that size's samples."""
     cfg = config or MeasureConfig()
     see_every_size(calls, samples, device)
+    sizes = samples.batch_sizes()
+    groups = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
+              for bs in sizes}
+    return paired_rounds(groups, device, rounds, cfg, seed)
+
+
+#: In side-by-side rounds, a callable up to this many times slower than the baseline times as many calls per
+#: burst as the baseline does (paired_rounds).
+SAME_WORK_LIMIT = 4
+
+
+def paired_rounds(groups: dict, device: torch.device, rounds: int, config: MeasureConfig | None = None,
+                  seed: int = 0) -> dict[str, dict]:
+    """Paired, shuffled rounds of several callables, one group at a time: {name: {group: Timing}} whose
+    rounds_ms are paired by index. groups: group key (a batch size, a recorded shape) -> {name: fn()}, every
+    group with the same names, the baseline first. Per group: each fn warmed up, the baseline's calls per burst
+    for every fn (its own for one over SAME_WORK_LIMIT times slower), settle_ms of untimed load, then the rounds
+    back to back, each timing every fn once in an order shuffled anew (seeded), all from this thread."""
+    cfg = config or MeasureConfig()
     target_ms, min_calls = cfg.burst_target(device)
     order_rng = random.Random(seed)
-    sizes = samples.batch_sizes()
-    fns = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
-           for bs in sizes}
-    times = {name: {bs: [] for bs in sizes} for name in calls}
-    recompiles = {name: {bs: 0 for bs in sizes} for name in calls}
+    names = list(next(iter(groups.values())))
+    times = {name: {g: [] for g in groups} for name in names}
+    recompiles = {name: {g: 0 for g in groups} for name in names}
     lengths = {}
     with torch.no_grad():
-        for bs in sizes:
-            for name, fn in fns[bs].items():
+        for g, fns in groups.items():
+            for name, fn in fns.items():
                 _warm(fn, device, cfg.warmup_runs)
-                lengths[(name, bs)] = burst_length(fn, device, target_ms, cfg.max_burst, min_calls)
-            _settle(fns[bs], {name: lengths[(name, bs)] for name in calls}, device, cfg.settle_target(device))
+            # Every callable times as many calls per burst as the first (the baseline): each round then times
+            # the same work for each, and a burst's chance of holding a preemption does not differ between
+            # them. Only a callable over SAME_WORK_LIMIT times slower than the baseline gets bursts of its own
+            # length (equal work would make its bursts that much longer). Each estimate is the longest of
+            # three, so that one slow estimate (a scheduler's hiccup) cannot give bursts of a call or two.
+            for name, fn in fns.items():
+                own = max(burst_length(fn, device, target_ms, cfg.max_burst, min_calls) for _ in range(3))
+                base = lengths.get((names[0], g), own)
+                lengths[(name, g)] = base if own * SAME_WORK_LIMIT >= base else own
+            _settle(fns, {name: lengths[(name, g)] for name in names}, device, cfg.settle_target(device))
             for _ in range(rounds):
-                order = list(calls)
+                order = list(names)
                 order_rng.shuffle(order)
                 for name in order:
-                    ms, seen = _timed_burst(fns[bs][name], device, lengths[(name, bs)])
-                    times[name][bs].append(ms)
-                    recompiles[name][bs] += seen
-    out: dict[str, dict[int, Timing]] = {}
-    for name in calls:
+                    ms, seen = _timed_burst(fns[name], device, lengths[(name, g)])
+                    times[name][g].append(ms)
+                    recompiles[name][g] += seen
+    out: dict[str, dict] = {}
+    for name in names:
         out[name] = {}
-        for bs in sizes:
-            timing = _stats(times[name][bs], bs)
-            timing.calls_per_burst, timing.recompiles = lengths[(name, bs)], recompiles[name][bs]
-            out[name][bs] = timing
+        for g in groups:
+            timing = _stats(times[name][g], g if isinstance(g, int) else 0)
+            timing.calls_per_burst, timing.recompiles = lengths[(name, g)], recompiles[name][g]
+            out[name][g] = timing
             if timing.recompiles:
-                logger.warning("%s recompiled %d time(s) while timed side by side at batch size %d",
-                               name, timing.recompiles, bs)
+                logger.warning("%s recompiled %d time(s) while timed side by side at %s", name, timing.recompiles, g)
     return out
 
 

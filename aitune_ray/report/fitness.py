@@ -1,9 +1,7 @@
 """Whether the host was fit to measure on, as the report says it, and what the user can do about it.
 
 The decision record says so where it can (a ``host_unfit`` field or a ``verdict`` naming it, from an A/A
-control: eager against itself). Without one, eager's own speed is the witness: eager timed twice within one
-tuning (its first timing and the re-measure) should read alike; when it moved by UNFIT_DRIFT or more, every
-speedup of that tuning can be off by as much.
+control: eager against itself, aitune_ray.decision), and the words are the decision's own.
 
 On a CPU the cause is nearly always other work on the same cores: PyTorch's OpenMP thread team belongs to
 the calling thread, and which thread runs a call, on which cores, changes its speed by up to 25x under
@@ -15,10 +13,8 @@ from __future__ import annotations
 
 import os
 
+from aitune_ray.decision.verdict import HOST_UNFIT
 from aitune_ray.tune_strategy.report import ModuleReport
-
-UNFIT_DRIFT = 1.5   # eager's time over the recorded mix moving this much within one tuning: unfit
-
 
 def host_state() -> dict:
     """What the process had to measure with: torch's threads, the CPUs it may run on, the load average."""
@@ -55,10 +51,12 @@ def unfit_reason(module: ModuleReport, recorded: dict | None = None) -> str:
         said = said.get("reason") or said.get("verdict") or said.get("kind")
     if isinstance(said, str) and "unfit" in said.lower():
         return " ".join(said.split())
-    drift = module.eager_drift()
-    if drift >= UNFIT_DRIFT:
-        return (f"eager's own speed moved {drift:.3g}x between its first timing and the re-measure, within one "
-                "tuning; every speedup of this tuning can be off by as much")
+    verdict = getattr(module, "verdict", None) or {}
+    if verdict.get("kind") == HOST_UNFIT:
+        from aitune_ray.decision.verdict import Verdict
+        from aitune_ray.report.verdict import decision_text
+
+        return decision_text(Verdict.from_dict(verdict), {}).removeprefix("kept eager: ")
     return ""
 
 

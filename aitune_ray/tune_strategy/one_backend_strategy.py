@@ -1,4 +1,4 @@
-"""OneBackendStrategy: one backend; its failure is an error, its slowness means eager."""
+"""OneBackendStrategy: one backend, confirmed and accepted, or eager; its failure is an error."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 
 
 class OneBackendStrategy(TuneStrategy):
-    """Build one backend. Raises the backend's error when it fails to build or is wrong; falls back to
-    eager (with a logged reason) when it is correct but not faster."""
+    """Build one backend. Raises the backend's error when it fails to build or is wrong; keeps eager (with
+    the verdict's reason) when it is correct but not accepted as faster."""
 
     def __init__(self, backend: Backend, **kwargs):
         super().__init__([backend], **kwargs)
 
-    def _decide(self, context, executor, handle, baseline, report) -> None:
+    def _decide(self, context, executor, handle, report) -> None:
         result = next(iter(handle))
         report.results.append(result)
         if result.status == REJECTED:
@@ -26,9 +26,7 @@ class OneBackendStrategy(TuneStrategy):
             if result.exception is not None:   # the backend's own error, from either executor
                 raise result.exception
             raise BuildError(f"{context.name}: {result.backend} {result.status}: {result.error}")
-        outcome = self._judge(context, executor, [result], baseline, report)[result.key]
-        if outcome.passed:
-            report.chosen = result.key
-            report.decision = f"chose {result.backend}: {outcome.reason}"
-        else:
-            report.decision = f"kept eager: {result.backend} is correct but not faster ({outcome.reason})"
+        if not self.performance_validation:
+            report.chosen, report.decision = result.key, f"chose {result.backend}: performance validation off"
+            return
+        self._verdict(context, executor, report, [result], max_finalists=1)

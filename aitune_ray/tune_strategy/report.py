@@ -14,9 +14,9 @@ from aitune_ray.results import BuildResult
 # bound by the host, whose speed changes with the CPU the process runs on (2x apart on an H200 machine's
 # CPUs, benchmarks/host_modes.py).
 EAGER_MOVED = 1.2
-# The chosen backend's speedup at one batch size moving by this factor between the re-measure and its post-deploy
-# check (the wrapped Module, timed later) is said in the report: a candidate and eager answer the host's state
-# differently (a GPU-bound call and a host-bound one), so the speedup itself moves with it.
+# The chosen backend's speedup at one batch size moving by this factor between the confirm session and the
+# post-deploy timing (the wrapped Module, timed later, information only) is said in the report: a candidate and
+# eager answer the host's state differently (a GPU-bound call and a host-bound one), so the speedup moves with it.
 SPEEDUP_MOVED = 1.1
 
 
@@ -32,12 +32,31 @@ class ModuleReport:
     results: list[BuildResult] = dataclasses.field(default_factory=list)
     chosen: str | None = None                      # key of the chosen result, None: eager
     decision: str = ""
-    notes: dict[str, str] = dataclasses.field(default_factory=dict)           # key -> gate verdict
-    speedups: dict[str, float] = dataclasses.field(default_factory=dict)      # key -> mix speedup
-    remeasured_baseline: dict[int, dict] = dataclasses.field(default_factory=dict)
-    verdicts: dict[str, dict] = dataclasses.field(default_factory=dict)      # key -> GateOutcome.to_dict()
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)           # key -> its judgement in words
+    speedups: dict[str, float] = dataclasses.field(default_factory=dict)      # key -> median speedup over the mix
+    remeasured_baseline: dict[int, dict] = dataclasses.field(default_factory=dict)   # eager in the confirm session
+    verdicts: dict[str, dict] = dataclasses.field(default_factory=dict)      # key -> its judgement (plain data)
     dispatch: dict[int, str | None] = dataclasses.field(default_factory=dict)  # bs -> winner key (None: eager)
-    deploy_checks: list[dict] = dataclasses.field(default_factory=list)       # post-deploy checks, in order
+    deploy_checks: list[dict] = dataclasses.field(default_factory=list)       # post-deploy timings (information)
+    verdict: dict = dataclasses.field(default_factory=dict)    # the decision's typed verdict, Verdict.to_dict()
+
+    def take_verdict(self, verdict) -> None:
+        """Record a decision (aitune_ray.decision.Verdict): every judgement, the choice and its words."""
+        from aitune_ray.decision.verdict import DISPATCH
+        from aitune_ray.report.verdict import decision_text, judgement_text
+
+        self.verdict = verdict.to_dict()
+        for key, j in verdict.judgements.items():
+            self.speedups[key] = j.median
+            self.notes[key] = judgement_text(j, verdict)
+            self.verdicts[key] = {"passed": j.accepted, "verdict": j.kind, "mix_speedup": j.median,
+                                  "interval": dict(j.interval), "intervals": dict(j.intervals),
+                                  "reason": self.notes[key], "confidence": verdict.confidence,
+                                  "finalists": verdict.finalists}
+        for key, why in verdict.pruned.items():
+            self.notes.setdefault(key, why)
+        self.chosen = None if verdict.chosen == DISPATCH else verdict.chosen
+        self.decision = decision_text(verdict, {r.key: r.backend for r in self.results})
 
     def chosen_result(self) -> BuildResult | None:
         return next((r for r in self.results if r.key == self.chosen), None)
@@ -96,10 +115,10 @@ class ModuleReport:
     def markdown(self) -> str:
         head = (f"### {self.module} ({self.strategy} on {self.device}; recorded batch sizes "
                 f"{_mix_text(self.call_mix)})\n\n"
-                "Speedup: eager time over the candidate's, the median of paired rounds with its 95% interval "
-                "in brackets; ms/call: back-to-back calls between two synchronizes (a serving loop); "
+                "Speedup: eager time over the candidate's, the median of the confirm session's paired rounds with "
+                "its interval in brackets (at the decision's confidence, 1 - alpha/K); ms/call: back-to-back calls between two synchronizes (a serving loop); "
                 "latency: single calls, p50/p90.\n\n")
-        cols = ["backend", "config", "status", "correctness", "speedup [95% CI], rounds"]
+        cols = ["backend", "config", "status", "correctness", "speedup [CI], rounds"]
         cols += [f"bs{bs} speedup [CI]; thr/s, ms/call; latency p50/p90 ms" for bs in self.call_mix]
         cols += ["build s", "verdict / note"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -125,15 +144,6 @@ class ModuleReport:
         or more: bs -> (first, re-measured)."""
         return _moved(self._eager_readings(), EAGER_MOVED)
 
-    def eager_drift(self) -> float:
-        """How far eager's time over the recorded mix moved between its first timing and the latest re-measure,
-        as a factor of at least 1 (1.0 without a re-measure)."""
-        readings = self._eager_readings()
-        if not all(a > 0 and b > 0 for a, b in readings.values()):
-            return 1.0
-        first, again = (sum(count * readings[bs][i] for bs, count in self.call_mix.items()) for i in (0, 1))
-        return max(first / again, again / first)
-
     def _eager_readings(self) -> dict[int, tuple[float, float]]:
         """Eager's ms/call at each recorded batch size: (first timing, latest re-measure), 0.0 where missing."""
         return {bs: ((self.baseline.get(bs) or {}).get("median_ms", 0.0),
@@ -149,18 +159,6 @@ class ModuleReport:
         return (f"Eager moved during this tuning ({sizes}). A call whose speed moves this much is bound by "
                 "the host, and its speed moves with the host from minute to minute: a timing at another "
                 "time, a user's own included, can differ by as much, and so can the speedups at that batch size.")
-
-    def deployed_speedups(self) -> dict:
-        """The deployed module's speedup as this report gives it, {"speedup", "interval", "intervals"}: over the
-        re-measure's paired rounds and its post-deploy check's together where both timed the deployed object,
-        else the check's alone; {} when eager was kept or no check timed it."""
-        check = self._chosen_check()
-        if check.get("both"):
-            return dict(check["both"])
-        if not check.get("intervals"):
-            return {}
-        return {"speedup": check.get("speedup"), "interval": check.get("interval"),
-                "intervals": dict(check["intervals"])}
 
     def speedup_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where the chosen backend's median speedup in the re-measure and in its own post-deploy
@@ -199,28 +197,18 @@ class ModuleReport:
         return f"\n\nBatch-size dispatch, winner per batch size: {routes}"
 
     def deploy_text(self) -> str:
-        """The post-deploy checks in words, with the deployed module's speedup where the report gives one; ""."""
-        if not self.deploy_checks:
+        """The post-deploy timing in words (information only: the confirm session decided); ""."""
+        parts = [f"{c['backend']}: {_interval(c['interval']['median'], c['interval']['low'], c['interval']['high'])} "
+                 f"over the recorded mix" + (f" ({c['note']})" if c.get("note") else "")
+                 for c in self.deploy_checks if c.get("interval")]
+        parts += [f"{c['backend']}: {c['verdict']}" for c in self.deploy_checks if not c.get("interval")]
+        if not parts:
             return ""
-        parts = []
-        for check in self.deploy_checks:
-            text = f"{check['backend']}: {check.get('reason') or check['verdict']}"
-            both = check.get("both")
-            if both and not check.get("fell_back_to"):
-                sizes = ", ".join(f"bs {bs} {_interval(i['median'], i['low'], i['high'])}"
-                                  for bs, i in both["intervals"].items())
-                text += (f"; the deployed module's speedup over the re-measure's rounds and this check's together: "
-                         f"{_interval(both['interval']['median'], both['interval']['low'], both['interval']['high'])} "
-                         f"({sizes})")
-            if check.get("fell_back_to"):
-                text += f" -> fell back to {check['fell_back_to']}"
-            if check.get("note"):
-                text += f" ({check['note']})"
-            parts.append(text)
-        return "Post-deploy check (the wrapped Module, as deployed, against eager): " + "; ".join(parts)
+        return ("Post-deploy timing (the wrapped Module, as deployed, against eager; information only, the confirm "
+                "session decided): " + "; ".join(parts))
 
     def _remeasured_text(self) -> str:
-        """Finalists re-timed beside eager on one device: the re-measured ms/call, the first one in brackets."""
+        """Finalists timed beside eager in the confirm session: their ms/call there, the first one in brackets."""
         if not self.remeasured_baseline:
             return ""
         parts = []
@@ -229,7 +217,7 @@ class ModuleReport:
                 cells = [f"bs{bs} {_num(row[f'ms_per_call_bs{bs}'])} ({_num(row[f'raw_ms_per_call_bs{bs}'])})"
                          for bs in self.call_mix]
                 parts.append(f"{row['backend']}: " + ", ".join(cells))
-        return "\n\nRe-measured side by side with eager on one device, ms/call (first timing): " + "; ".join(parts)
+        return "\n\nConfirm session (side by side with eager on one device), ms/call (first timing): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

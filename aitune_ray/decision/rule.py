@@ -1,0 +1,90 @@
+"""The accept rule, for every choice: a candidate's paired per-round speedup over eager, with its interval.
+
+For each of K candidates judged on one session, at two-sided confidence 1 - alpha/K (Bonferroni):
+- superiority over the recorded call mix: the lower bound of the median per-round speedup over the mix is
+  at least 1 + min_speedup_ratio;
+- non-inferiority at every recorded batch size: the lower bound there is at least 1 - noise_tolerance.
+A candidate is accepted when both hold. Each lower bound is a one-sided bound at 1 - alpha/(2K): a candidate
+whose true speedup is under the gate is accepted with probability at most alpha/(2K), so that any of K such
+candidates is, with probability at most alpha/2 (2.5% at the default alpha of 0.05).
+
+The intervals are the distribution-free order-statistic intervals of the median of paired per-round ratios
+(aitune_ray.measure.statistics): exact in coverage whatever the noise's shape, as long as rounds are
+independent and each round pairs eager and the candidate moments apart.
+
+The A/A check: eager called through the candidates' path (a TorchEagerBackend, restored and wrapped like
+them) must read 1 within noise_tolerance, over the mix and at every batch size, at the same confidence;
+else whatever moves a callable's speed by the path it is called through (the thread, its OpenMP team, a
+wrapper) is larger than the effects being judged, and the host is unfit to decide on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from aitune_ray.decision.verdict import FASTER, INCONCLUSIVE, NOT_FASTER, SLOWER, Judgement
+from aitune_ray.measure.statistics import paired_interval
+
+Series = dict[int, list[float]]   # batch size -> milliseconds per call, one entry per round
+
+
+@dataclasses.dataclass
+class Rule:
+    """min_speedup_ratio: the gate over the mix is 1 + this. noise_tolerance: no batch size may have a lower
+    bound under 1 - this (and the A/A control must read 1 within it). alpha: the familywise error, split
+    over the candidates judged in one session. enabled: False turns performance validation off."""
+
+    min_speedup_ratio: float = 0.01
+    noise_tolerance: float = 0.03
+    alpha: float = 0.05
+    enabled: bool = True
+
+    def confidence(self, judged: int) -> float:
+        """The two-sided confidence of every interval of a session that judges this many candidates."""
+        return 1.0 - self.alpha / max(1, judged)
+
+    @property
+    def gate(self) -> float:
+        return 1.0 + self.min_speedup_ratio
+
+    @property
+    def floor(self) -> float:
+        return 1.0 - self.noise_tolerance
+
+
+def intervals(eager: Series, candidate: Series, mix: dict[int, int], confidence: float):
+    """(over the mix, {batch size: interval}) of the paired per-round speedup of candidate over eager."""
+    sizes = [bs for bs in mix if mix[bs] > 0]
+    n = min(len(eager[bs]) for bs in sizes)
+    n = min([n] + [len(candidate[bs]) for bs in sizes])
+    e = {bs: list(eager[bs][:n]) for bs in sizes}
+    c = {bs: list(candidate[bs][:n]) for bs in sizes}
+    overall = paired_interval(e, c, {bs: mix[bs] for bs in sizes}, confidence)
+    per = {bs: paired_interval({bs: e[bs]}, {bs: c[bs]}, {bs: 1}, confidence) for bs in sizes}
+    return overall, per
+
+
+def judge(key: str, eager: Series, candidate: Series, mix: dict[int, int], rule: Rule, judged: int) -> Judgement:
+    """The accept rule on candidate's rounds against eager's rounds of the same session (paired by index)."""
+    overall, per = intervals(eager, candidate, mix, rule.confidence(judged))
+    below = sorted(bs for bs, i in per.items() if i.low < rule.floor)
+    spread = max([overall.spread] + [i.spread for i in per.values()])
+    if overall.low >= rule.gate and not below:
+        kind = FASTER
+    elif any(i.high < rule.floor for i in per.values()):
+        kind = SLOWER
+    elif overall.high < rule.gate:
+        kind = NOT_FASTER
+    else:
+        kind = INCONCLUSIVE
+    return Judgement(key, kind == FASTER, kind, overall.to_dict(), {bs: i.to_dict() for bs, i in per.items()},
+                     below, spread)
+
+
+def control_fits(control: Judgement, rule: Rule) -> bool:
+    """Whether the A/A control's intervals (eager through the candidates' path) contain 1 within the
+    tolerance, over the mix and at every batch size."""
+    def fits(i: dict) -> bool:
+        return i["low"] <= 1.0 + rule.noise_tolerance and i["high"] >= 1.0 - rule.noise_tolerance
+
+    return fits(control.interval) and all(fits(i) for i in control.intervals.values())

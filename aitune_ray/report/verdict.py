@@ -1,0 +1,73 @@
+"""The words of a decision: a typed verdict (aitune_ray.decision.verdict) in sentences for the report."""
+
+from __future__ import annotations
+
+from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_UNFIT, INCONCLUSIVE, NO_CANDIDATE,
+                                         NOT_FASTER, SLOWER, VALIDATION_OFF, Judgement, Verdict)
+
+
+def interval_text(i: dict) -> str:
+    return f"{i['median']:.3f}x [{i['low']:.3f}, {i['high']:.3f}]"
+
+
+def judgement_text(j: Judgement, verdict: Verdict) -> str:
+    """One finalist's judgement: its kind, with the figures that decided it."""
+    gate, floor = 1.0 + verdict.min_speedup_ratio, 1.0 - verdict.noise_tolerance
+    where = (f"{interval_text(j.interval)} over the recorded mix, {j.interval['rounds']} paired rounds, "
+             f"{verdict.confidence:.1%} intervals (K={verdict.finalists})")
+    if j.kind == FASTER:
+        return f"{FASTER}: {where}; lower bounds at least {gate:.3f}x over the mix and {floor:.3f}x at every batch size"
+    if j.kind == SLOWER:
+        sizes = ", ".join(f"bs {bs} ({interval_text(i)})" for bs, i in sorted(j.intervals.items())
+                          if i["high"] < floor)
+        wins = ", ".join(f"bs {bs} ({interval_text(i)})" for bs, i in sorted(j.intervals.items()) if i["low"] >= gate)
+        return (f"{SLOWER}: {f'wins at {wins} but ' if wins else ''}slower than eager at {sizes}, beyond the "
+                f"{verdict.noise_tolerance:.0%} noise tolerance")
+    if j.kind == NOT_FASTER:
+        return f"{NOT_FASTER}: {where}; needs {gate:.3f}x"
+    if j.kind == VALIDATION_OFF:
+        return f"{VALIDATION_OFF}: {where}"
+    parts = []
+    if j.interval["low"] < gate:
+        parts.append(f"the interval over the mix includes {gate:.3f}x")
+    if j.below:
+        parts.append("not shown at least " + f"{floor:.3f}x at " + ", ".join(
+            f"bs {bs} ({interval_text(j.intervals[bs])})" for bs in j.below))
+    return f"{INCONCLUSIVE}: {where}; " + " and ".join(parts) + f"; per-round spread (IQR/median) {j.spread:.0%}"
+
+
+def decision_text(verdict: Verdict, names: dict[str, str]) -> str:
+    """The decision in one sentence. names: key -> the backend's name."""
+    def name(key):
+        return "eager" if key is None else names.get(key, key)
+
+    if verdict.kind == NO_CANDIDATE:
+        return f"kept eager: {verdict.why}" + _pruned(verdict, names)
+    if verdict.kind == CONFIRM_FAILED:
+        return f"kept eager: {CONFIRM_FAILED} ({verdict.why}); nothing is decided on numbers from other moments"
+    if verdict.kind == HOST_UNFIT:
+        return (f"kept eager: {HOST_UNFIT}: eager called through the candidates' path (the A/A control) read "
+                f"{interval_text(verdict.control.interval)} against eager's own call on {verdict.where or 'this host'}, "
+                f"outside 1 +- {verdict.noise_tolerance:.0%}: the path a call is made through moves its speed more "
+                "than the effects being judged (on a CPU, the calling thread's OpenMP team under load)")
+    if verdict.chosen == DISPATCH:
+        routes = ", ".join(f"bs {bs}: {name(k)}" for bs, k in sorted(verdict.routes.items()))
+        return f"chose a batch-size dispatch ({routes}): {judgement_text(verdict.judgements[DISPATCH], verdict)}"
+    if verdict.kind == VALIDATION_OFF and verdict.chosen is not None:
+        j = verdict.judgements[verdict.chosen]
+        return (f"chose {name(verdict.chosen)}: performance {VALIDATION_OFF}, the fastest in the confirm session "
+                f"({interval_text(j.interval)} over the recorded mix)")
+    if verdict.chosen is not None:
+        return f"chose {name(verdict.chosen)}: {judgement_text(verdict.judgements[verdict.chosen], verdict)}"
+    if not verdict.judgements:
+        return f"kept eager: {verdict.kind}: {verdict.why}" + _pruned(verdict, names)
+    kind = NOT_FASTER if verdict.kind == NOT_FASTER else f"{INCONCLUSIVE} (per-round spread up to {verdict.spread():.0%})"
+    judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}" for k, j in verdict.judgements.items()
+                       if k != DISPATCH)
+    return f"kept eager: {kind}: {judged}" + _pruned(verdict, names)
+
+
+def _pruned(verdict: Verdict, names: dict[str, str]) -> str:
+    if not verdict.pruned:
+        return ""
+    return " (" + "; ".join(f"{names.get(k, k)}: {why}" for k, why in verdict.pruned.items()) + ")"
