@@ -389,8 +389,11 @@ SIM_MEASURE = timing.MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_s
 @pytest.mark.parametrize("mode,chosen,words", [
     (True, False, "slower|not faster"), ("enabled", False, "slower|not faster"),
     (ait.PerformanceValidationMode.ENABLED, False, "slower|not faster"),
-    ("DIAGNOSTIC", True, "diagnostic: 0\\.[67]\\d*x over the recorded mix, reported, not used"),
-    ("disabled", True, "performance validation off"), (False, True, "performance validation off")])
+    # DIAGNOSTIC: confirmed beside eager and the speedup reported, with its interval, but not used for the choice
+    ("DIAGNOSTIC", True, "^performance validation diagnostic: 0\\.[67]\\d*x \\[[^]]*\\] over the recorded mix, "
+                         "\\d+ paired rounds, .*; reported, not used for the choice$"),
+    ("disabled", True, "^performance validation off: not compared with eager$"),
+    (False, True, "^performance validation off: not compared with eager$")])
 def test_each_validation_mode_and_a_bool_decide_as_aitune_reads_them(sim_clock, mode, chosen, words):
     slower = sim("slower", ms=2.0 / 0.7, noise=0.02, seed=1)
     strategy = ait.FirstWinsStrategy([slower], measure_config=SIM_MEASURE).enable_performance_validation(mode)
@@ -448,7 +451,9 @@ def test_module_stands_in_for_the_wrapped_module():
 
 
 def test_state_methods_move_between_recording_passthrough_and_tuned():
-    module = ait.Module(SleepyAffine(0.0), name="states",
+    # eager sleeps 5 ms: on a call of microseconds the A/A control (eager through the candidates' path) reads
+    # the path's own overhead, ~0.94x, and the decision keeps eager as the host unfit to judge on
+    module = ait.Module(SleepyAffine(0.005), name="states",
                         strategy=ait.OneBackendStrategy(helper(FastBackend, "s"), measure_config=FAST_MEASURE))
     with pytest.raises(ConfigError, match="not tuned"):
         module.activate()

@@ -10,11 +10,30 @@ def interval_text(i: dict) -> str:
     return f"{i['median']:.3f}x [{i['low']:.3f}, {i['high']:.3f}]"
 
 
-def judgement_text(j: Judgement, verdict: Verdict) -> str:
-    """One finalist's judgement: its kind, with the figures that decided it."""
+# Performance validation in DIAGNOSTIC mode: the comparison with eager is measured and reported, not used.
+DIAGNOSTIC = "performance validation diagnostic"
+NOT_USED = "reported, not used for the choice"
+
+
+def unmeasured_text() -> str:
+    """A candidate taken with performance validation DISABLED (not compared with eager at all)."""
+    return f"performance {VALIDATION_OFF}: not compared with eager"
+
+
+def diagnostic_failed_text(verdict: Verdict) -> str:
+    """A candidate taken in DIAGNOSTIC mode whose comparison with eager could not be measured (the confirm
+    session failed): the comparison does not decide, so it is taken all the same."""
+    return f"{DIAGNOSTIC}: not measured ({verdict.kind}: {verdict.why}); {NOT_USED}"
+
+
+def judgement_text(j: Judgement, verdict: Verdict, diagnostic: bool = False) -> str:
+    """One finalist's judgement: its kind, with the figures that decided it. diagnostic: performance
+    validation is in DIAGNOSTIC mode (a VALIDATION_OFF verdict's figures are reported, not used)."""
     gate, floor = 1.0 + verdict.min_speedup_ratio, 1.0 - verdict.noise_tolerance
     where = (f"{interval_text(j.interval)} over the recorded mix, {j.interval['rounds']} paired rounds, "
              f"{verdict.confidence:.1%} intervals (K={verdict.finalists})")
+    if diagnostic and verdict.kind == VALIDATION_OFF:
+        return f"{DIAGNOSTIC}: {where}; the accept rule reads it as {j.kind}; {NOT_USED}"
     if j.kind == FASTER:
         return f"{FASTER}: {where}; lower bounds at least {gate:.3f}x over the mix and {floor:.3f}x at every batch size"
     if j.kind == SLOWER:
@@ -26,7 +45,7 @@ def judgement_text(j: Judgement, verdict: Verdict) -> str:
     if j.kind == NOT_FASTER:
         return f"{NOT_FASTER}: {where}; needs {gate:.3f}x"
     if j.kind == VALIDATION_OFF:
-        return f"{VALIDATION_OFF}: {where}"
+        return f"performance {VALIDATION_OFF}: {where}"
     parts = []
     if j.interval["low"] < gate:
         parts.append(f"the interval over the mix includes {gate:.3f}x")
@@ -36,8 +55,8 @@ def judgement_text(j: Judgement, verdict: Verdict) -> str:
     return f"{INCONCLUSIVE}: {where}; " + " and ".join(parts) + f"; per-round spread (IQR/median) {j.spread:.0%}"
 
 
-def decision_text(verdict: Verdict, names: dict[str, str]) -> str:
-    """The decision in one sentence. names: key -> the backend's name."""
+def decision_text(verdict: Verdict, names: dict[str, str], diagnostic: bool = False) -> str:
+    """The decision in one sentence. names: key -> the backend's name. diagnostic: as in judgement_text."""
     def name(key):
         return "eager" if key is None else names.get(key, key)
 
@@ -55,6 +74,9 @@ def decision_text(verdict: Verdict, names: dict[str, str]) -> str:
         return f"chose a batch-size dispatch ({routes}): {judgement_text(verdict.judgements[DISPATCH], verdict)}"
     if verdict.kind == VALIDATION_OFF and verdict.chosen is not None:
         j = verdict.judgements[verdict.chosen]
+        if diagnostic:
+            return (f"chose {name(verdict.chosen)}, the fastest in the confirm session: "
+                    f"{judgement_text(j, verdict, diagnostic)}")
         return (f"chose {name(verdict.chosen)}: performance {VALIDATION_OFF}, the fastest in the confirm session "
                 f"({interval_text(j.interval)} over the recorded mix)")
     if verdict.chosen is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from aitune_ray.backend.backend import Backend
 from aitune_ray.errors import BuildError, CorrectnessError
 from aitune_ray.results import REJECTED
+from aitune_ray.report.verdict import diagnostic_failed_text, unmeasured_text
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
+from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode
 
 
 class OneBackendStrategy(TuneStrategy):
@@ -26,7 +28,12 @@ class OneBackendStrategy(TuneStrategy):
             if result.exception is not None:   # the backend's own error, from either executor
                 raise result.exception
             raise BuildError(f"{context.name}: {result.backend} {result.status}: {result.error}")
-        if not self.performance_validation:
-            report.chosen, report.decision = result.key, f"chose {result.backend}: performance validation off"
+        if self.performance_validation_mode is PerformanceValidationMode.DISABLED:
+            report.chosen, report.notes[result.key] = result.key, unmeasured_text()
+            report.decision = f"chose {result.backend}: {unmeasured_text()}"
             return
-        self._verdict(context, executor, report, [result], max_finalists=1)
+        verdict = self._verdict(context, executor, report, [result], max_finalists=1)
+        if verdict.chosen is None and not self.performance_validation:
+            # DIAGNOSTIC: the comparison does not decide, so a failed confirm session does not either
+            report.chosen, report.notes[result.key] = result.key, diagnostic_failed_text(verdict)
+            report.decision = f"chose {result.backend}: {report.notes[result.key]}"

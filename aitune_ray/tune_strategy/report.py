@@ -40,15 +40,17 @@ class ModuleReport:
     deploy_checks: list[dict] = dataclasses.field(default_factory=list)       # post-deploy timings (information)
     verdict: dict = dataclasses.field(default_factory=dict)    # the decision's typed verdict, Verdict.to_dict()
 
-    def take_verdict(self, verdict) -> None:
-        """Record a decision (aitune_ray.decision.Verdict): every judgement, the choice and its words."""
+    def take_verdict(self, verdict, diagnostic: bool = False) -> None:
+        """Record a decision (aitune_ray.decision.Verdict): every judgement, the choice and its words.
+        diagnostic: performance validation is in DIAGNOSTIC mode (the words say the comparison with eager was
+        measured and reported, not used for the choice)."""
         from aitune_ray.decision.verdict import DISPATCH
         from aitune_ray.report.verdict import decision_text, judgement_text
 
         self.verdict = verdict.to_dict()
         for key, j in verdict.judgements.items():
             self.speedups[key] = j.median
-            self.notes[key] = judgement_text(j, verdict)
+            self.notes[key] = judgement_text(j, verdict, diagnostic)
             self.verdicts[key] = {"passed": j.accepted, "verdict": j.kind, "mix_speedup": j.median,
                                   "interval": dict(j.interval), "intervals": dict(j.intervals),
                                   "reason": self.notes[key], "confidence": verdict.confidence,
@@ -56,7 +58,7 @@ class ModuleReport:
         for key, why in verdict.pruned.items():
             self.notes.setdefault(key, why)
         self.chosen = None if verdict.chosen == DISPATCH else verdict.chosen
-        self.decision = decision_text(verdict, {r.key: r.backend for r in self.results})
+        self.decision = decision_text(verdict, {r.key: r.backend for r in self.results}, diagnostic)
 
     def chosen_result(self) -> BuildResult | None:
         return next((r for r in self.results if r.key == self.chosen), None)

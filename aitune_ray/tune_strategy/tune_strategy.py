@@ -175,7 +175,7 @@ class TuneStrategy(ABC):
 
         verdict = choose({r.key: r.screen for r in results}, confirm, report.call_mix, self.rule(),
                          max_finalists=max_finalists, dispatch=dispatch, order=list(by_key), family=family)
-        report.take_verdict(verdict)
+        report.take_verdict(verdict, self.performance_validation_mode is PerformanceValidationMode.DIAGNOSTIC)
         return verdict
 
     @abstractmethod
