@@ -6,12 +6,12 @@ its actor's own imports and compiles come on top (a pipeline example took 185 s 
 inline on a 2-core CPU machine). So:
 
 1. what the job or the command line asks for (``executor.type: ray`` or ``inline``, ``--executor``);
-2. then AITUNE_RAY_EXECUTOR=inline or =ray in the environment;
-3. a Ray cluster address (``--address``, ``executor.address``, RAY_ADDRESS, which ``ray job submit`` sets):
-   Ray;
-4. Ray not installed: inline;
-5. tuning for a CUDA GPU this machine has: Ray, one actor per GPU;
-6. otherwise (no GPU here, or the job tunes for the CPU): inline.
+2. a Ray cluster address the job or the command line gives (``--address``, ``executor.address``): Ray;
+3. then AITUNE_RAY_EXECUTOR=inline or =ray in the environment;
+4. RAY_ADDRESS, which ``ray job submit`` sets: Ray;
+5. Ray not installed: inline;
+6. tuning for a CUDA GPU this machine has: Ray, one actor per GPU;
+7. otherwise (no GPU here, or the job tunes for the CPU): inline.
 
 Each choice carries its reason in words, which the CLI prints in one line.
 """
@@ -44,12 +44,13 @@ def choose_executor(requested: str | None = None, address: str | None = None, de
     environ = os.environ if environ is None else environ
     if requested in (RAY, INLINE):
         return ExecutorChoice(requested, "the job asks for it")
+    if address:   # named for this job: it outranks the environment's default
+        return ExecutorChoice(RAY, f"a Ray cluster address is given: {address}")
     forced = str(environ.get("AITUNE_RAY_EXECUTOR", "")).strip().lower()
     if forced in (RAY, INLINE):
         return ExecutorChoice(forced, f"AITUNE_RAY_EXECUTOR={forced}")
-    if address or environ.get("RAY_ADDRESS"):
-        where = address or environ.get("RAY_ADDRESS")
-        return ExecutorChoice(RAY, f"a Ray cluster address is given: {where}")
+    if environ.get("RAY_ADDRESS"):
+        return ExecutorChoice(RAY, f"a Ray cluster address is given: {environ['RAY_ADDRESS']}")
     if ray_installed is None:
         ray_installed = importlib.util.find_spec("ray") is not None
     if not ray_installed:
