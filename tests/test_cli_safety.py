@@ -134,7 +134,7 @@ def test_an_unexpected_error_is_one_line_and_exit_1(factories, capsys, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("the disk went away\nsecond line")
 
-    monkeypatch.setattr(cli, "run_job", broken)
+    monkeypatch.setattr(cli, "run_jobs", broken)
     path = write_job(factories / "job.yaml", quick_job(factories))
     capsys.readouterr()
     assert main(["tune", "-q", str(path)]) == EXIT_FAILED

@@ -33,7 +33,8 @@ class Pipeline(nn.Module):
             ait.Module(SlowNet(delay_s=0.001), name=f"stage{i}", strategy=ait.MaxThroughputStrategy(
                 [FastBackend(HelperConfig(tag=i)), FastBackend(HelperConfig(tag=i, infer_delay_s=0.0005)),
                  WeightsAotBackend(HelperConfig(tag=i)), RaisingBackend(HelperConfig(tag=i))],
-                measure_config=MEASURE))
+                # what is chosen does not matter here, only that something is, on any host: no timing decides
+                measure_config=MEASURE).enable_performance_validation(False))
             for i in range(MODULES))
 
     def forward(self, x):

@@ -121,8 +121,9 @@ class ActorPool:
         logger.debug("slot %d: actor generation %d, log %s", slot.index, slot.generation, slot.log_path)
 
     def free(self, slot: Slot) -> None:
-        """slot's task ended: it is idle again."""
-        slot.busy = False
+        """slot's task ended: it is idle again (and holds nothing of it: the task's payload may hold a whole
+        module's tuning state)."""
+        slot.busy, slot.owner = False, None
         self.changed()
 
     def changed(self) -> None:
