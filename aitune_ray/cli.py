@@ -116,7 +116,7 @@ def run_command(args: argparse.Namespace) -> int:
         say("report: " + ", ".join(str(p) for p in written.values()))
         return EXIT_OK
     if args.command == "inspect":
-        from aitune_ray.inspect import inspect_command
+        from aitune_ray.inspection import inspect_command
 
         return inspect_command(args, say)
     if args.command == "doctor":

@@ -12,7 +12,7 @@ from aitune_ray.backend import TorchEagerBackend
 from aitune_ray.checkpoint import save_checkpoint
 from aitune_ray.cli import main
 from aitune_ray.errors import CheckpointIntegrityError
-from aitune_ray.inspect import inspect_checkpoint
+from aitune_ray.inspection import inspect_checkpoint
 from tests.report_helpers import REPO
 from tests.test_checkpoint import edit_manifest, flip_last_byte, mlp, onnx_backend, rewrite, tuned
 

@@ -370,8 +370,10 @@ def test_a_cuda_result_on_a_driver_without_cuda_is_saved_as_is(tmp_path):
     torch.testing.assert_close(fresh(x), module.module.linear(x))
 
 
-def test_tune_starts_ray_locally_by_default_and_shuts_it_down(monkeypatch):
-    monkeypatch.delenv("AITUNE_RAY_EXECUTOR", raising=False)
+def test_tune_on_ray_starts_ray_locally_and_shuts_it_down(monkeypatch):
+    """Without a GPU the default is inline (aitune_ray.executor_choice): Ray asked for by the environment is
+    started on this machine for the tuning, and stopped after it."""
+    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "ray")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert not ray.is_initialized()
     module = ait.Module(SlowNet(), name="local", strategy=max_throughput([fast()]))

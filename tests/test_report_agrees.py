@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aitune_ray import cli
-from aitune_ray.inspect import inspect_checkpoint
+from aitune_ray.inspection import inspect_checkpoint
 from aitune_ray.measure import timing
 from aitune_ray.testing import SIM_CLOCK
 
