@@ -89,4 +89,9 @@ class BuildResult:
         data = {k: v for k, v in data.items() if k != "exception"}
         for name in ("timings", "remeasured"):
             data[name] = {int(k): v for k, v in (data.get(name) or {}).items()}
+        screen = dict(data.get("screen") or {})   # its rounds by batch size, keyed by int as the call mix is
+        for side in ("eager", "candidate"):
+            if isinstance(screen.get(side), dict):
+                screen[side] = {int(k): v for k, v in screen[side].items()}
+        data["screen"] = screen
         return cls(**data)

@@ -42,7 +42,7 @@ def test_actors_and_tasks_carry_readable_names(tmp_path):
                             lambda names: len([n for n in names if n]) >= 2)
             assert sorted(actors) == [f"tuner gpu0@{host}", f"tuner gpu1@{host}"]
             tasks = _until(lambda: {t.name for t in list_tasks(address=state, limit=1000)},
-                           lambda names: {"build FastBackend:names", "remeasure names"} <= names)
-            assert {"build FastBackend:names", "baseline names", "remeasure names"} <= tasks
+                           lambda names: {"build FastBackend:names", "confirm names"} <= names)
+            assert {"build FastBackend:names", "baseline names", "confirm names"} <= tasks
     finally:
         ray.shutdown()

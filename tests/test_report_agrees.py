@@ -29,7 +29,7 @@ strategy:
   measure: {warmup_runs: 1, min_runs: 5, max_runs: 20, max_seconds: 0.2}
 backends:
   - {type: "aitune_ray.testing:SimBackend", config: {tag: fast, ms: 0.5, noise: 0.02, restored_extra_ms: 10.0}}
-executor: {type: inline, contain: false}
+executor: {type: inline}   # each build in a child process: the confirm session times it restored, as deployed
 device: cpu
 output: out/sim.ait
 report: out/sim.md
@@ -68,5 +68,4 @@ def test_report_and_checkpoint_agree_on_a_first_run_and_after_resume(tmp_path, m
     assert_they_agree(tmp_path)
     assert cli.main(["tune", "--resume", "job.yaml"]) == cli.EXIT_OK
     assert "1 candidate result(s) from the earlier run" in capsys.readouterr().out
-    record, text, page = assert_they_agree(tmp_path)
-    assert "slower at a batch size" in text and "slower at a batch size" in page
+    assert_they_agree(tmp_path)

@@ -70,15 +70,15 @@ def test_verdicts_are_the_decisions_in_the_table_and_the_picture():
 def test_an_unfit_host_is_said_at_the_top_with_what_to_do():
     steady = {"run": {"report": {"modules": [module()]}}}
     assert not any(b[0] == "warning" for b in blocks(steady["run"]))
-    moved = module(remeasured_baseline={bs: {"batch_size": int(bs), "median_ms": 9.0, "p90_ms": 9.5, "cv": 0.1,
-                                             "runs": 10} for bs in ("2", "8")})
+    moved = module(verdict={"kind": "host unfit", "reason": "host unfit: eager called through the candidates' path "
+                                                      "(the A/A control) read 0.62x [0.55, 0.70] against eager's own call"})
     run = {"device": "cpu", "report": {"modules": [moved]},
            "host_state": {"torch_threads": 8, "cpus_allowed": 2, "cpus": 2, "load_average": 11.5}}
     found = blocks(run)
     (warning,) = [b for b in found if b[0] == "warning"]
     assert [b[0] for b in found[:3]] == ["heading", "answer", "warning"]
     said = " ".join(warning[2])
-    assert "eager's own speed moved 4.5x" in said and "torch.set_num_threads" in said
+    assert "the A/A control) read 0.62x [0.55, 0.70]" in said and "torch.set_num_threads" in said
     assert "this run had 8 torch thread(s), 2 of 2 CPUs allowed, a load average of 11.5" in said
     assert "unfit" in found[1][1][0]                                # the answer itself carries the caveat
 
