@@ -129,7 +129,7 @@ def gated_entry(tmp_path: Path, name: str, tags: tuple[int, int]) -> dict:
 def test_a_killed_job_of_two_models_resumes_running_only_what_is_missing(tmp_path, monkeypatch, capsys):
     """The driver is killed while the second model's second candidate builds: the resumed job builds that one
     alone (the first model's results and the rest of the second's come from their run folders)."""
-    from tests.test_resume import builds
+    from tests.test_resume import builds, kill_when_blocked
 
     # builds in the driver's own process, whose output says when the build of tag 4 has started
     job = write(tmp_path / "job.yaml", {"device": "cpu",
@@ -137,20 +137,7 @@ def test_a_killed_job_of_two_models_resumes_running_only_what_is_missing(tmp_pat
                                         "models": [gated_entry(tmp_path, "first", (1, 2)),
                                                    gated_entry(tmp_path, "second", (3, 4))]})
     log = tmp_path / "builds.log"
-    env = dict(os.environ, AITUNE_TEST_BLOCK="4", AITUNE_TEST_BUILD_LOG=str(log),
-               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    driver = subprocess.Popen([sys.executable, "-m", "aitune_ray.cli", "tune", str(job)], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        for line in driver.stdout:   # blocks until the driver prints; no timing involved
-            if line.startswith("BLOCKED"):
-                break
-        else:
-            pytest.fail(f"the driver ended (rc {driver.wait()}) before the build of tag 4")
-        driver.send_signal(signal.SIGKILL)
-    finally:
-        driver.wait()
-        driver.stdout.close()
+    kill_when_blocked([sys.executable, "-m", "aitune_ray.cli", "tune", str(job)], log, 4)
     assert builds(log) == [1, 2, 3, 4] and not list(tmp_path.glob("*.ait"))
     monkeypatch.setenv("AITUNE_TEST_BUILD_LOG", str(log))
     monkeypatch.chdir(REPO)

@@ -34,10 +34,15 @@ def restores(log: Path) -> list[int]:
 
 def killed_run(run_dir: Path, log: Path, block_tag: int) -> None:
     """Start the job in a driver process, SIGKILL it once it builds block_tag (the ones before are done)."""
+    kill_when_blocked([sys.executable, "-m", "tests.resume_job", str(run_dir)], log, block_tag)
+
+
+def kill_when_blocked(command: list[str], log: Path, block_tag: int) -> None:
+    """Run command as a driver process whose gated build of block_tag prints BLOCKED, and SIGKILL it then."""
     env = dict(os.environ, AITUNE_TEST_BLOCK=str(block_tag), AITUNE_TEST_BUILD_LOG=str(log),
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    driver = subprocess.Popen([sys.executable, "-m", "tests.resume_job", str(run_dir)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    driver = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
     try:
         for line in driver.stdout:   # blocks until the driver prints; no timing involved
             if line.startswith("BLOCKED"):
