@@ -49,10 +49,11 @@ def default_strategy(device: torch.device):
 
 
 @contextlib.contextmanager
-def _opened(executor: Executor | None, device=None) -> Iterator[Executor]:
-    """executor, opened; None: the default executor for device, which is also closed at the end."""
-    own = executor is None
-    executor = executor or default_executor(device)
+def _opened(executor: Executor | str | None, device=None) -> Iterator[Executor]:
+    """executor, opened; None or a name ("ray", "inline", "auto"): that executor for device, which is also
+    closed at the end."""
+    own = executor is None or isinstance(executor, str)
+    executor = default_executor(device, executor) if own else executor
     try:
         executor.open()
         yield executor
@@ -61,13 +62,16 @@ def _opened(executor: Executor | None, device=None) -> Iterator[Executor]:
             executor.close()
 
 
-def default_executor(device=None) -> Executor:
+def default_executor(device=None, requested: str | None = None) -> Executor:
     """The executor aitune_ray.executor_choice picks for tuning on device: RayExecutor (local single-node mode,
-    or the cluster RAY_ADDRESS names) or InlineExecutor. AITUNE_RAY_EXECUTOR=inline or =ray decides instead."""
-    from aitune_ray.executor_choice import RAY, choose_executor
+    or the cluster RAY_ADDRESS names) or InlineExecutor. requested ("ray", "inline" or "auto"), else
+    AITUNE_RAY_EXECUTOR=inline or =ray, decides instead."""
+    from aitune_ray.executor_choice import INLINE, RAY, choose_executor
     from aitune_ray.inline import InlineExecutor
 
-    choice = choose_executor(device=None if device is None else str(device))
+    if requested is not None and requested not in (RAY, INLINE, "auto"):
+        raise ConfigError(f"executor {requested!r}: give an Executor, or 'ray', 'inline' or 'auto'")
+    choice = choose_executor(requested, device=None if device is None else str(device))
     logger.info("%s", choice.line())
     if choice.kind != RAY:
         return InlineExecutor()
@@ -120,7 +124,7 @@ def _release_workdir(workdir: Path, users: list) -> None:
             user._workdir = holder   # noqa: SLF001 - a reference, nothing else
 
 
-def tune_modules(modules: Iterable, device=None, executor: Executor | None = None,
+def tune_modules(modules: Iterable, device=None, executor: Executor | str | None = None,
                  raise_errors: bool = False, run_dir=None) -> TuningReport:
     """Tune the modules: all at once on an executor with one job-level schedule (every module's work in
     one queue, each module deciding as soon as its own work is done), else one after another. A module that
@@ -235,7 +239,7 @@ def _tune_all(modules: list, executor: Executor, device, report: TuningReport, r
 
 def _devices_are_local(executor: Executor | None) -> bool:
     """True when the device to tune for must be on this machine (not on a Ray cluster elsewhere)."""
-    if executor is not None:
+    if isinstance(executor, Executor):
         return type(executor).resolve_device is Executor.resolve_device
     return not os.environ.get("RAY_ADDRESS")
 
@@ -348,7 +352,7 @@ def _dry_run(modules: list, device) -> TuningReport:
 def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
          max_num_batches_per_batch_size: int | None = None, device=None, dry_run: bool = False,
          disable_external_logging: bool = False, clear_cache: bool = False, ignore_failing_modules: bool = True,
-         *, call_as_given: bool = False, executor: Executor | None = None, run_dir=None) -> TuningReport:
+         *, call_as_given: bool = False, executor: Executor | str | None = None, run_dir=None) -> TuningReport:
     """Record every wrapped Module that func reaches on the dataset, then tune each one. Returns a
     TuningReport (AITune's tune() returns None).
 
@@ -358,6 +362,7 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
     each (default: every full batch). A DataLoaderFactory gives its own loader.
     call_as_given=True calls func once per item as given instead (a tuple is unpacked into arguments, a
     dict into keywords), for pipelines whose inputs cannot be batched.
+    executor: an Executor, or "ray", "inline" or "auto" (None: aitune_ray.executor_choice picks).
     dry_run: record and log what would be tuned; build nothing, the modules stay recording.
     ignore_failing_modules: a module that fails stays eager and tuning goes on (False: raise).
     clear_cache: accepted for AITune code; nothing is cached between runs here (work folders are

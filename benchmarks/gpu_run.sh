@@ -2,7 +2,7 @@
 # The GPU tests and the benchmarks on a GPU machine, in parts that each fit one command of about 10 minutes.
 # Needs the ray, torchao and onnx-gpu extras (pip install -e ".[ray,torchao,onnx-gpu]"), as the GPU image's setup
 # installs them; the forge part also uses sageattention and flash-attn where they are installed.
-#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|ray1|bert|decisions|forge|ort|memory|resume ...]
+#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|ray1|bert|decisions|aitune|forge|ort|memory|resume ...]
 # Each benchmark writes its table (OUT/<part>.md) and its JSON; benchmarks/README.md says how a run becomes a
 # row of benchmarks/RESULTS.md.
 set -u
@@ -26,9 +26,9 @@ for part in $parts; do
       python -m compileall -q -j 0 $(python -c "import aitune_ray.bytecode as b; print(' '.join(b.folders(['torch', 'ray', 'sympy', 'torchao', 'aitune_ray'])))") .
       echo "bytecode caches written" ;;
     tests)
-      timeout 420 python -m pytest tests/test_gpu.py tests/test_kernel_forge.py tests/test_forge_ray.py tests/test_profile_process.py \
-        tests/test_onnx_runtime_gpu.py -m gpu -v -p no:cacheprovider -o log_level=WARNING > "$out/gpu_tests.log" 2>&1
-      grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -25 ;;
+      timeout 480 python -m pytest tests -m gpu -v -rsx -p no:cacheprovider -o log_level=WARNING \
+        > "$out/gpu_tests.log" 2>&1
+      grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" "$out/gpu_tests.log" | tail -40 ;;
     backends)   # which backend wins on the encoder (fp16), inline
       run backends 560 python benchmarks/backends.py --model encoder --dtype float16 \
         --backends ${BACKENDS:-jit,jit-ro,jit-max,onnx-graphs,ao-fp8wo,kernels} --out "$out/backends.md" ;;
@@ -42,10 +42,34 @@ for part in $parts; do
       TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 run bert 590 python benchmarks/ray_vs_inline.py --model bert \
         --backends jit,jit-max,jit-ro,ao-int8wo,ao-fp8wo,ao-fp8dq,onnx,kernels,kernels-ro --runs "ray:$gpus,inline" \
         --run-timeout 290 --log-dir "$out/actor-logs-bert" --out "$out/bert.md" ;;
-    decisions)   # three tunings of the ViT with batch-size dispatch, each against a user's loop (about 5 minutes)
-      run decisions 420 python benchmarks/decisions.py --out "$out/decisions" --models ${MODELS:-vit} --runs 3 \
-        --dispatch --backends ${BACKENDS:-jit,jit-ro,jit-max} --budget-s 330
-      sed -n '1,40p' "$out/decisions/decisions.md" ;;
+    decisions)   # tunings of the ViT and BERT-base with batch-size dispatch (DISPATCH=--dispatch, the default),
+      # each against a user's loop; runs until the budget is spent (about 10 minutes)
+      run decisions 590 python benchmarks/decisions.py --out "$out/decisions" --models ${MODELS:-vit,bert} \
+        --runs ${RUNS:-3} ${DISPATCH---dispatch} --backends ${BACKENDS:-jit,jit-ro,jit-max,onnx-graphs,ao-fp8wo,kernels} \
+        --budget-s ${BUDGET_S:-420}
+      sed -n '1,60p' "$out/decisions/decisions.md" ;;
+    aitune)   # tuning time beside AITune 0.6.0 on the ViT (wheels in .whl, benchmarks/README.md says which).
+      # AITune imports nvidia-modelopt for its TensorRT quantizers at import time; TensorRT cannot be had
+      # on this machine, so an import stub stands in for it (no candidate here uses it).
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/aitsite .whl/*.whl 2>&1 | grep -v WARNING
+      python3 - <<'PY'
+import pathlib
+root = pathlib.Path("/tmp/aitstub/modelopt")
+files = {"__init__.py": "__version__ = '0.47.0'\n", "onnx/__init__.py": "", "onnx/quantization/__init__.py":
+         "def quantize(*a, **k):\n    raise RuntimeError('nvidia-modelopt is not installed here')\n",
+         "onnx/autocast.py": "def convert_to_mixed_precision(*a, **k):\n    raise RuntimeError('no modelopt')\n",
+         "onnx/export.py": "class NVFP4QuantExporter:\n    process_model = None\n", "torch/__init__.py": "",
+         "torch/quantization.py": "def quantize(*a, **k):\n    raise RuntimeError('no modelopt')\n"
+                                  + "".join(f"{n} = {{}}\n" for n in ("NVFP4_DEFAULT_CFG", "FP8_DEFAULT_CFG",
+                                            "INT8_DEFAULT_CFG", "INT8_SMOOTHQUANT_CFG", "INT4_AWQ_CFG",
+                                            "NVFP4_FP8_MHA_CONFIG"))}
+for name, text in files.items():
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text(text)
+PY
+      PYTHONPATH="/tmp/aitsite:/tmp/aitstub:$PYTHONPATH" run aitune 590 python benchmarks/beside_aitune.py \
+        --out "$out/aitune" --runs ${RUNS:-aitune_ray,aitune} --run-timeout ${RUN_TIMEOUT:-280}
+      cat "$out/aitune/beside_aitune.md" ;;
     forge)   # the kernel forge per SDPA shape (about 5 minutes)
       run forge 400 python benchmarks/kernel_forge.py --out "$out/forge.md" ;;
     ort)   # ONNX Runtime on the GPU against eager and Inductor, the ViT and BERT-base (about 8 minutes)

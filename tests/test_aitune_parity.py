@@ -319,6 +319,19 @@ def test_ignore_failing_modules_false_raises_and_true_keeps_the_module_eager():
     assert raising.state == ait.ModuleState.EAGER
 
 
+def test_the_executor_may_be_named_and_a_wrong_name_is_refused_before_recording(caplog, monkeypatch):
+    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "ray")   # the name given outranks the environment's default
+    module = ait.Module(SleepyAffine(0.0), name="named", strategy=ait.OneBackendStrategy(
+        helper(FastBackend, "n"), measure_config=FAST_MEASURE))
+    with caplog.at_level("INFO", logger="aitune_ray"):
+        report = ait.tune(module, [torch.randn(3) for _ in range(2)], device="cpu", executor="inline")
+    assert "executor: inline (the job asks for it)" in caplog.text
+    assert [r.status for r in report.modules[0].results] == ["ok"]
+    other = ait.Module(SleepyAffine(0.0), name="wrong", strategy=ait.OneBackendStrategy(helper(FastBackend, "w")))
+    with pytest.raises(ConfigError, match="'ray', 'inline' or 'auto'"):
+        ait.tune(other, [torch.randn(3) for _ in range(2)], device="cpu", executor="threads")
+
+
 # ----- find_max_batch_size -----------------------------------------------------------------------
 
 
