@@ -742,7 +742,8 @@ def test_find_max_batch_size_stops_where_the_gpu_runs_out_of_memory():
 
     module = ait.Module(Widening(), name="wide")
     module(torch.randn(1, 64, device="cuda"))
-    free_gib = torch.cuda.mem_get_info()[0] / 2 ** 30
+    free, total = (b / 2 ** 30 for b in torch.cuda.mem_get_info())
     found = find_max_batch_size(module, torch.device("cuda"))
-    assert 0.25 * free_gib <= found <= free_gib, (found, free_gib)
+    # at least a quarter of what was free, at most the card (the cache the search emptied counts as free then)
+    assert 0.25 * free <= found <= total, (found, free, total)
     assert module.samples.batch_sizes() == [1, found]

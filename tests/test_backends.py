@@ -325,3 +325,16 @@ def test_import_does_not_pull_optional_libraries():
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_graph_replaying_modes_hand_each_caller_outputs_of_its_own():
+    from aitune_ray.backend.cudagraph_outputs import call_owned, captures_graphs
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert captures_graphs(cuda, "max-autotune") and captures_graphs(cuda, "reduce-overhead")
+    assert captures_graphs(cuda, None, {"triton.cudagraphs": True})
+    assert not captures_graphs(cuda, "max-autotune-no-cudagraphs") and not captures_graphs(cuda, "default")
+    assert not captures_graphs(cpu, "max-autotune") and not captures_graphs(None, "reduce-overhead")
+    kept = torch.ones(3)
+    out = call_owned(lambda x: {"y": kept, "n": 2}, None)
+    assert torch.equal(out["y"], kept) and out["y"].data_ptr() != kept.data_ptr() and out["n"] == 2

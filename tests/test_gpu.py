@@ -124,8 +124,9 @@ def test_max_throughput_on_gpu_never_slower_than_eager_at_a_recorded_batch_size(
         assert mod.deploy_checks and mod.deploy_checks[-1]["verdict"] != "slower at a batch size"
     else:  # eager kept: then no candidate was shown faster, and the report says which way each went
         assert wrapped.state == ait.ModuleState.EAGER
-        for r in mod.results:
-            assert mod.verdicts[r.key]["verdict"] != "faster" or mod.deploy_checks, mod.notes[r.key]
+        for r in mod.results:   # a candidate left out at screening has no verdict of the confirm session
+            verdict = mod.verdicts.get(r.key, {}).get("verdict")
+            assert verdict != "faster" or mod.deploy_checks, mod.notes.get(r.key)
 
 
 def test_a_timed_burst_waits_for_work_queued_on_other_streams():

@@ -35,8 +35,8 @@ def test_doctor_on_a_gpu(capsys):
     assert row["cuda_available"] and row["target"] == "cuda" and row["gpus"]
     assert row["gpus"][0]["memory_gib"] > 1 and row["driver"]
     assert {"TorchEagerBackend", "TorchInductorJitBackend"} <= set(row["runnable"])
-    sdpa = next(p for p in row["providers"] if p["name"].startswith("TorchSDPA"))
-    assert sdpa["devices"] == ["cuda"]
+    sdpa = {p["name"]: p["devices"] for p in row["providers"] if p["name"].startswith("TorchSDPA")}
+    assert sdpa["TorchSDPA (flash)"] == ["cuda", "cpu"] and sdpa["TorchSDPA (cuDNN, efficient)"] == ["cuda"]
     assert main(["doctor"]) == 0
     printed = capsys.readouterr().out
     print(printed)

@@ -11,10 +11,11 @@ from torch import nn
 
 from aitune_ray.backend.autocast import Autocast, autocast_tolerance_dtype, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
+from aitune_ray.backend.cudagraph_outputs import call_owned, captures_graphs
 from aitune_ray.measure.correctness import default_tolerance
 from aitune_ray.errors import ConfigError
 from aitune_ray.frames import own_frame
-from aitune_ray.samples import SampleStore, map_structure
+from aitune_ray.samples import SampleStore
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -87,18 +88,11 @@ class TorchInductorJitBackend(Backend):
                 self._infer(*sample.args, **sample.kwargs)
 
     def _uses_cudagraphs(self) -> bool:
-        if self.device is None or self.device.type != "cuda":
-            return False
-        if self.config.mode in ("reduce-overhead", "max-autotune"):
-            return True
-        return bool((self.config.options or {}).get("triton.cudagraphs"))
+        return captures_graphs(self.device, self.config.mode, self.config.options)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._uses_cudagraphs():
-            if self.config.autocast_enabled:
-                return self._autocast.call(self._compiled, *args, **kwargs)
-            return self._compiled(*args, **kwargs)
-        # CUDA graphs reuse their output memory on the next replay: callers get outputs of their own.
-        torch.compiler.cudagraph_mark_step_begin()
-        out = self._autocast.call(self._compiled, *args, **kwargs)
-        return map_structure(out, torch.Tensor.clone)
+        if self._uses_cudagraphs():
+            return call_owned(self._autocast.call, self._compiled, *args, **kwargs)
+        if self.config.autocast_enabled:
+            return self._autocast.call(self._compiled, *args, **kwargs)
+        return self._compiled(*args, **kwargs)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
+from aitune_ray.backend.cudagraph_outputs import call_owned, captures_graphs
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
 from aitune_ray.errors import BuildError, ConfigError, NotApplicableError
 from aitune_ray.frames import own_frame
@@ -143,7 +144,7 @@ class TorchAOBackend(Backend):
         with torch.no_grad():
             try:
                 for sample in samples:
-                    self._model(*sample.args, **sample.kwargs)
+                    self._infer(*sample.args, **sample.kwargs)
             except Exception as exc:
                 if cfg.compile and _is_dynamo_error(exc):
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -153,6 +154,8 @@ class TorchAOBackend(Backend):
                 raise
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
+        if self.config.compile and captures_graphs(self.device, self.config.mode):
+            return call_owned(self._model, *args, **kwargs)
         return self._model(*args, **kwargs)
 
     def _state(self) -> dict:
