@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from aitune_ray import tempdirs
-from aitune_ray.failures import lost_process, pack_exception, revive_exception
+from aitune_ray.failures import lost_process, outcome, pack_exception, revive_exception
 from aitune_ray.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ def run_in_child(name: str, module: torch.nn.Module, samples, device: torch.devi
                                  "job": job.to_dict(), "workdir": str(workdir), "log_path": str(log_path)},
                                 out, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - whatever the pickler met names the object
-            return _failed(job, "error", f"the module or its samples cannot be sent to a build process: "
-                                         f"{type(exc).__name__}: {exc}", type(exc).__name__, 0.0, device, where, "")
+            failure = outcome("sending the module and its samples to a build process", exc=exc)
+            return _failed(job, failure.status, failure.error, failure.error_type, 0.0, device, where, "")
         env = dict(os.environ)
         # The child imports what this process can: the project, and the user's modules named by the pickle.
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
