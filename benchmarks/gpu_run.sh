@@ -2,7 +2,7 @@
 # The GPU tests and the benchmarks on a GPU machine, in parts that each fit one command of about 10 minutes.
 # Needs the ray, torchao and onnx-gpu extras (pip install -e ".[ray,torchao,onnx-gpu]"), as the GPU image's setup
 # installs them; the forge part also uses sageattention and flash-attn where they are installed.
-#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|ray1|bert|decisions|aitune|forge|ort|memory|resume ...]
+#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|bert|decisions|aitune|forge|ort|memory|resume ...]
 # Each benchmark writes its table (OUT/<part>.md) and its JSON; benchmarks/README.md says how a run becomes a
 # row of benchmarks/RESULTS.md.
 set -u
