@@ -3,8 +3,10 @@ segfaults, aborts or hangs costs that candidate only (PyTorch Inductor benchmark
 
 What crosses, through files in a private temporary folder (no Ray):
 - to the child: the module and its recorded samples (cloudpickle when it is installed, so that a class
-  defined in the user's script travels by value; else pickle), the job (plain data), the device and the
-  module's work folder, where the build writes its artifacts;
+  defined in the user's script travels by value; else pickle), the job (plain data), the device, the
+  module's work folder, where the build writes its artifacts, and the clock this process measures with
+  when it is not the real one (aitune_ray.measure.timing.use_clock): the child's screening and profile
+  read the same clock as this process's eager timing and confirm session;
 - back: the result record (plain data) and the build's exception (failures.pack_exception).
 The child writes its result and exits; the parent waits at most timeout_s, then kills it. A child that ends
 without a result crashed; one killed at its timeout timed out (failures.lost_process says which, for
@@ -16,6 +18,7 @@ Run as ``python -m aitune_ray.build_process FOLDER`` by run_in_child only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -28,7 +31,8 @@ from pathlib import Path
 import torch
 
 from aitune_ray import tempdirs
-from aitune_ray.failures import lost_process, pack_exception, revive_exception
+from aitune_ray.measure import timing
+from aitune_ray.failures import lost_process, outcome, pack_exception, revive_exception
 from aitune_ray.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
@@ -62,11 +66,12 @@ def run_in_child(name: str, module: torch.nn.Module, samples, device: torch.devi
         try:
             with open(folder / "job.pkl", "wb") as out:
                 _pickler(module).dump({"name": name, "module": module, "samples": samples, "device": str(device),
-                                 "job": job.to_dict(), "workdir": str(workdir), "log_path": str(log_path)},
-                                out, protocol=pickle.HIGHEST_PROTOCOL)
+                                       "job": job.to_dict(), "workdir": str(workdir), "log_path": str(log_path),
+                                       "clock": timing.clock_in_use()},
+                                      out, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - whatever the pickler met names the object
-            return _failed(job, "error", f"the module or its samples cannot be sent to a build process: "
-                                         f"{type(exc).__name__}: {exc}", type(exc).__name__, 0.0, device, where, "")
+            failure = outcome("sending the module and its samples to a build process", exc=exc)
+            return _failed(job, failure.status, failure.error, failure.error_type, 0.0, device, where, "")
         env = dict(os.environ)
         # The child imports what this process can: the project, and the user's modules named by the pickle.
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
@@ -118,7 +123,9 @@ def _child(folder: Path) -> None:
     device = torch.device(data["device"])
     worker = Worker(folder / "worker", log_path=data["log_path"])
     worker.load(data["name"], 0, lambda: (data["module"], data["samples"]), device, workdir=Path(data["workdir"]))
-    result = worker.run(data["name"], CandidateJob(**data["job"]))
+    clock = data.get("clock")
+    with timing.use_clock(clock) if clock is not None else contextlib.nullcontext():
+        result = worker.run(data["name"], CandidateJob(**data["job"]))
     out = {"result": result.to_dict(), "exception": pack_exception(result.exception)}
     with open(folder / "result.part", "wb") as dst:
         pickle.dump(out, dst, protocol=pickle.HIGHEST_PROTOCOL)

@@ -28,8 +28,9 @@ from torch import nn
 from aitune_ray import tempdirs
 from aitune_ray.backend.backend import Backend
 from aitune_ray.decision.session import Session
+from aitune_ray.failures import outcome
 from aitune_ray.measure.timing import MeasureConfig, Timing
-from aitune_ray.results import ERROR, BuildResult, CandidateJob
+from aitune_ray.results import BuildResult, CandidateJob
 from aitune_ray.samples import SampleStore
 
 logger = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class Executor(ABC):
 
 def failed_plan(jobs: list[CandidateJob], exc: BaseException, seconds: float, device) -> list[BuildResult]:
     """The result of each job whose shared plan (Backend.plan_key) could not be made."""
-    return [BuildResult(key=j.key, backend=j.backend_name, spec=j.spec, status=ERROR, error_type=type(exc).__name__,
-                        error=f"plan failed: {type(exc).__name__}: {exc}", build_s=seconds, device=str(device),
+    failure = outcome("plan", exc=exc)
+    return [BuildResult(key=j.key, backend=j.backend_name, spec=j.spec, status=failure.status,
+                        error_type=failure.error_type, error=failure.error, build_s=seconds, device=str(device),
                         exception=exc) for j in jobs]

@@ -72,18 +72,27 @@ def classify(exc: BaseException) -> Failure:
     return Failure(status, False, cause, f"{type(cause).__name__}: {short(cause, 2000)}")
 
 
+class NotRun(Exception):
+    """A task that never ran (no worker was left for it, or its executor was closed first)."""
+
+
 def outcome(what: str, *, exc: BaseException | None = None, failure: Failure | None = None,
-            timed_out: bool = False, limit_s: float | None = None, replaced: bool = False,
-            log_path: str = "") -> Failure | None:
+            timed_out: bool = False, limit_s: float | None = None, limit_name: str = "", replaced: bool = False,
+            log_path: str = "", unrun: str | None = None) -> Failure | None:
     """The one translation from how a task ended to a result's status, error type and one-line error.
 
-    what: the task in words ("build", "the forge benchmark of flash on sdpa"); exc: an exception the task's
-    own code raised in this process; failure: classify()'s reading of an exception that came back from a
-    worker; timed_out: the task gave no result within limit_s seconds (replaced: its worker was killed and
-    replaced for it); log_path: the worker's log, whose fatal line a lost worker's message quotes. None when
-    the task ended without a failure."""
+    what: the task in words ("build", "the build of B", "the forge benchmark of flash on sdpa"); exc: an
+    exception the task's own code raised in this process; failure: classify()'s reading of an exception that
+    came back from a worker; timed_out: the task gave no result within limit_s seconds (limit_name: the
+    setting that set it, e.g. "task_timeout_s"; replaced: its worker was killed and replaced for it);
+    log_path: the worker's log, whose fatal line a lost worker's message quotes; unrun: why the task never
+    ran. None when the task ended without a failure."""
+    if unrun is not None:
+        error = f"{what} did not run: {unrun}"
+        return Failure(ERROR, False, NotRun(error), error)
     if timed_out:
-        limit = f" within {limit_s:g} s" if limit_s is not None else " within its time limit"
+        setting = f"{limit_name}=" if limit_name else ""
+        limit = f" within {setting}{limit_s:g} s" if limit_s is not None else " within its time limit"
         error = f"{what} gave no result{limit}" + ("; its worker was killed and replaced" if replaced else "")
         return Failure(TIMED_OUT, replaced, TimeoutError(error), error)
     if exc is not None:

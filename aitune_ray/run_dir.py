@@ -45,7 +45,7 @@ import aitune_ray.artifacts as artifacts
 import aitune_ray.version as version
 from aitune_ray.executor import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
-from aitune_ray.failures import log_hint
+from aitune_ray.failures import NotRun, log_hint
 from aitune_ray.measure.timing import Timing
 from aitune_ray.results import CANCELLED, CRASHED, BuildResult, CandidateJob
 from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
@@ -53,7 +53,7 @@ from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
-NOT_RUN = ("NoActorsLeft",)   # error types of results that say a job never ran: not journaled
+NOT_RUN = (NotRun.__name__,)   # error types of results that say a job never ran: not journaled
 
 
 # ----- plain helpers ---------------------------------------------------------------------------------

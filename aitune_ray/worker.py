@@ -30,10 +30,11 @@ import torch
 import aitune_ray.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
 from aitune_ray.candidate import run_candidate
+from aitune_ray.failures import outcome
 from aitune_ray.kernel_forge.tasks import TIMED_TASKS, ForgeTasks
 from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
 from aitune_ray.measure.turns import turns_for
-from aitune_ray.results import ERROR, BuildResult, CandidateJob
+from aitune_ray.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -197,8 +198,8 @@ class Worker:
             return large
         except Exception as exc:
             logger.exception("artifact transfer of %s failed", result.key)
-            result.status, result.error_type = ERROR, type(exc).__name__
-            result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+            failure = outcome("artifact transfer", exc=exc)
+            result.status, result.error_type, result.error = failure.status, failure.error_type, failure.error
             result.artifacts = {}
             self.release(name, result.key)
             return {}
@@ -234,8 +235,8 @@ class Worker:
                                              MeasureConfig.from_dict(job.measure) if job.measure else None)
         except Exception as exc:
             logger.exception("screening of %s failed", job.key)
-            result.status, result.error_type = ERROR, type(exc).__name__
-            result.error = f"screening failed: {type(exc).__name__}: {exc}"
+            failure = outcome("screening", exc=exc)
+            result.status, result.error_type, result.error = failure.status, failure.error_type, failure.error
             return
         result.screen = {"eager": {bs: t.rounds_ms for bs, t in timed["eager"].items()},
                          "candidate": {bs: t.rounds_ms for bs, t in timed["candidate"].items()},

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (  # noqa: E402
@@ -52,7 +52,7 @@ from aitune_ray.backend.backend import Backend  # noqa: E402
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.samples import SampleStore, map_structure  # noqa: E402
-from publish import publish  # noqa: E402
+from results_table import publish  # noqa: E402
 
 MODELS = ["mlp", "encoder", "bert", "pipeline"]
 BACKENDS = {

@@ -52,6 +52,7 @@ from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.decision.screen import MAX_FINALISTS  # noqa: E402
 from aitune_ray.decision.session import CONFIRM_ROUNDS  # noqa: E402
 from backends import BACKENDS  # noqa: E402
+from results_table import record_of  # noqa: E402
 
 DEFAULT_BACKENDS = "jit,jit-ro,jit-max,ao-fp8wo,kernels"
 SLOWER_LIMIT, AGREE_LIMIT, DISPATCH_LIMIT = 0.03, 0.05, 0.03
@@ -384,9 +385,11 @@ def operating_characteristics(tunings: int) -> str:
             f"at most {MAX_FINALISTS} finalists unless said, alpha 0.05, gate 1.01x, tolerance 3%)\n\n"
             + "\n".join(lines))
     out = Path(__file__).resolve().parent / "results" / "decisions_operating_characteristics.json"
-    out.write_text(json.dumps({"command": f"python benchmarks/decisions.py --operating-characteristics "
-                                          f"--tunings {tunings}", "confirm_rounds": CONFIRM_ROUNDS,
-                               "rows": rows, "before": "issue 38's measured figures of the old rule"}, indent=1))
+    record = record_of({"confirm_rounds": CONFIRM_ROUNDS, "rows": rows,
+                        "before": "issue 38's measured figures of the old rule"}, "decision_characteristics")
+    record.update(machine="a simulation (aitune_ray.testing), no device",
+                  command=f"python benchmarks/decisions.py --operating-characteristics --tunings {tunings}")
+    out.write_text(json.dumps(record, indent=1) + "\n")
     return text
 
 

@@ -2,7 +2,7 @@
 # The GPU tests and the benchmarks on a GPU machine, in parts that each fit one command of about 10 minutes.
 # Needs the ray, torchao and onnx-gpu extras (pip install -e ".[ray,torchao,onnx-gpu]"), as the GPU image's setup
 # installs them; the forge part also uses sageattention and flash-attn where they are installed.
-#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|ray1|bert|decisions|aitune|forge|ort|memory|resume ...]
+#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|bert|decisions|aitune|forge|ort|memory|resume ...]
 # Each benchmark writes its table (OUT/<part>.md) and its JSON; benchmarks/README.md says how a run becomes a
 # row of benchmarks/RESULTS.md.
 set -u
@@ -48,10 +48,13 @@ for part in $parts; do
         --runs ${RUNS:-3} ${DISPATCH---dispatch} --backends ${BACKENDS:-jit,jit-ro,jit-max,onnx-graphs,ao-fp8wo,kernels} \
         --budget-s ${BUDGET_S:-420}
       sed -n '1,60p' "$out/decisions/decisions.md" ;;
-    aitune)   # tuning time beside AITune 0.6.0 on the ViT (wheels in .whl, benchmarks/README.md says which).
+    aitune)   # tuning time beside AITune 0.6.0 on the ViT. Its wheel and those of its dependencies that the image
+      # lacks are not part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
       # AITune imports nvidia-modelopt for its TensorRT quantizers at import time; TensorRT cannot be had
       # on this machine, so an import stub stands in for it (no candidate here uses it).
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/aitsite .whl/*.whl 2>&1 | grep -v WARNING
+      wheels=${AITUNE_WHEELS:-.whl}
+      if ! ls "$wheels"/*.whl > /dev/null 2>&1; then echo "aitune: no wheels in $wheels (set AITUNE_WHEELS)"; continue; fi
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/aitsite "$wheels"/*.whl 2>&1 | grep -v WARNING
       python3 - <<'PY'
 import pathlib
 root = pathlib.Path("/tmp/aitstub/modelopt")

@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import (KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend,  # noqa: E402
@@ -44,7 +44,7 @@ from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSamp
                                      benchmark_provider)
 from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig, measure_interleaved  # noqa: E402
-from publish import publish  # noqa: E402
+from results_table import publish  # noqa: E402
 
 SDPA = "scaled_dot_product_attention"
 GPU_SHAPES = ["2,8,256,64", "8,16,1024,64", "4,32,4096,128", "1,24,16384,128", "4,32,4096,128,causal"]

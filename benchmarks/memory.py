@@ -1,7 +1,11 @@
-"""Peak memory of one MaxThroughput job as the number of candidates grows; prints a table.
+"""Memory: the peak of one MaxThroughput job as the number of candidates grows, or (--cycles) what the driver
+keeps from one tune + save + load cycle to the next; prints a table.
 
     python benchmarks/memory.py --device cpu --candidates 2,8 --buffer-mb 400 --out OUT/memory.md
     python benchmarks/memory.py --device cuda --candidates 2,8 --buffer-mb 2048 --out OUT/memory.md
+    python benchmarks/memory.py --cycles 12 [--contain] --out OUT/driver.md
+
+Peak with the number of candidates (the default):
 
 Each candidate is a real backend (HoardingBackend) that keeps a buffer of --buffer-mb once built, as a
 quantized copy of the weights, an ONNX Runtime session or a loaded AOT package would, and serves a
@@ -14,17 +18,26 @@ Every configuration runs in a process of its own, inline (one process) and, with
 with one actor. Reported: the peak resident memory of the process that built (the driver inline, the actor
 on Ray), the peak device memory there (cuda), and the ratio of each peak to the smallest configuration's.
 Target: 8 candidates at most 1.3x the peak with 2.
+
+What the driver keeps (--cycles N): each cycle tunes the MLP example (1 block of 64, OneBackend over
+TorchInductorJitBackend, no performance gate, inline; --contain builds in a child process each), saves the
+checkpoint, loads it into a fresh model and calls it once; then everything is dropped and the garbage
+collected. The table shows the driver's resident memory and the count of objects the garbage collector
+tracks after each cycle; the last line, the growth per cycle from cycle 3 on (the first cycles pay one-time
+imports and caches). RELIABILITY.md ("Driver memory") says why it grows.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,10 +45,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 
 from aitune_ray.backend import Backend, BackendConfig  # noqa: E402
-from publish import publish  # noqa: E402
+from results_table import publish  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,6 +129,54 @@ def one(args) -> dict:
             "chosen": chosen.spec["config"]["tag"] if chosen else None}
 
 
+def rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def driver_cycles(cycles: int, contain: bool) -> dict:
+    """What the driver holds after each tune + save + load cycle (see the module docstring)."""
+    import aitune_ray as ait
+    from aitune_ray.backend import TorchInductorJitBackend
+    from aitune_ray.measure.timing import MeasureConfig
+    from examples.mlp.model import make_data, make_model
+
+    data = make_data(batch_sizes=(4,), per_batch_size=2)
+    measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=5, max_seconds=0.05)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="aitune-ray-bench-") as folder:
+        path = Path(folder) / "m.ait"
+        for cycle in range(cycles):
+            strategy = ait.OneBackendStrategy(TorchInductorJitBackend(), measure_config=measure)
+            module = ait.Module(make_model(blocks=1), "mlp", strategy=strategy.enable_performance_validation(False))
+            ait.tune(module, data, call_as_given=True,
+                     executor=ait.InlineExecutor(remeasure_rounds=0, contain=contain))
+            ait.save(module, path)
+            fresh = ait.load(ait.Module(make_model(blocks=1), "mlp"), path)
+            with torch.no_grad():
+                fresh(data[0])
+            del module, fresh
+            gc.collect()
+            rows.append({"cycle": cycle, "rss_mb": rss_mb(), "gc_objects": len(gc.get_objects())})
+    result = {"contain": contain, "cycles": rows}
+    if len(rows) > 4:
+        first, last = rows[3], rows[-1]
+        span = last["cycle"] - first["cycle"]
+        result["per_cycle_mb"] = (last["rss_mb"] - first["rss_mb"]) / span
+        result["per_cycle_objects"] = (last["gc_objects"] - first["gc_objects"]) / span
+    return result
+
+
+def driver_table(result: dict) -> str:
+    lines = [f"builds {'in a child process' if result['contain'] else 'in the driver'}; torch {torch.__version__}",
+             "", "| cycle | RSS (MB) | gc objects |", "|---|---|---|"]
+    lines += [f"| {r['cycle']} | {r['rss_mb']:.1f} | {r['gc_objects']} |" for r in result["cycles"]]
+    if "per_cycle_mb" in result:
+        lines += ["", f"per cycle from cycle 3: {result['per_cycle_mb']:.2f} MB, "
+                      f"{result['per_cycle_objects']:.0f} objects"]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -125,6 +186,10 @@ def main() -> int:
     parser.add_argument("--ray", action="store_true", help="also run each count on a local Ray (one actor)")
     parser.add_argument("--keep-all", action="store_true", help="release no build before the decision (the old "
                         "behaviour, for comparison)")
+    parser.add_argument("--cycles", type=int, help="instead: what the driver keeps over this many tune + save "
+                        "+ load cycles (see the docstring)")
+    parser.add_argument("--contain", action="store_true", help="with --cycles: build in a child process "
+                        "(InlineExecutor(contain=True))")
     parser.add_argument("--out", help="write the table (Markdown) and a .json next to it")
     parser.add_argument("--one", help=argparse.SUPPRESS)   # internal: run one configuration, print JSON
     parser.add_argument("--run", default="inline", help=argparse.SUPPRESS)
@@ -132,6 +197,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.one:
         print("RESULT " + json.dumps(one(args)))
+        return 0
+    if args.cycles:
+        result = driver_cycles(args.cycles, args.contain)
+        publish(driver_table(result), args.out, result, benchmark="driver_memory")
         return 0
     rows = []
     for run in ["inline"] + (["ray"] if args.ray else []):

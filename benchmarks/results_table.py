@@ -1,13 +1,15 @@
 """Writes benchmarks/RESULTS.md from the records in benchmarks/results/: one table per question, one row per run,
-each with its date, machine and command.
+each with its date, machine and command; and how a benchmark writes its record (publish).
 
     python benchmarks/results_table.py                      # rewrite RESULTS.md from benchmarks/results/*.json
     python benchmarks/results_table.py record decisions OUT/decisions.json --machine "1 x H200" \\
         --command "python benchmarks/decisions.py --models vit --runs 3" [--date 2026-12-05] [--note ...]
 
 A record is one JSON file: {"benchmark", "date", "machine", "command", "note", "result"}, where result is
-what the benchmark wrote (scripts that use publish.py write records themselves; `record` wraps the JSON of
-one that does not, such as decisions.py and ray_vs_inline.py). A record converted from an older table may
+what the benchmark wrote; a benchmark's own JSON that names its script, date, machine and command
+({"script": "benchmarks/X.py", "date", "machine", "command", ...}, as pipeline_schedule.py writes) is read as
+a record of X whose result is the whole file (scripts that call publish() below write records themselves; `record` wraps the JSON
+of one that does not, such as decisions.py and ray_vs_inline.py). A record converted from an older table may
 hold "rows" (the table's cells) instead of "result". Each benchmark's summary below reads its own result.
 """
 
@@ -16,9 +18,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
+import platform
 import re
+import shlex
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -27,6 +33,52 @@ sys.path.insert(0, str(HERE))
 RESULTS, TABLE = HERE / "results", HERE / "RESULTS.md"
 AGREE, SLOWER, WITHIN_BEST = 0.05, 0.03, 0.03   # decisions.py's targets, as its summary counts them
 
+
+# ----- how a benchmark hands on its table and its record ---------------------------------------------------
+
+def machine() -> str:
+    """The machine in a few words: its GPUs (or CPUs) and torch's version."""
+    import torch
+
+    if torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        what = f"{len(names)} x {names[0]}"
+    else:
+        what = f"{os.cpu_count()} CPUs ({platform.machine()})"
+    return f"{what}, torch {torch.__version__}"
+
+
+def command() -> str:
+    """The command line that ran this benchmark, as a user would type it from the repository root."""
+    script = Path(sys.argv[0])
+    name = f"benchmarks/{script.name}" if script.parent.name == "benchmarks" else str(script)
+    return " ".join(["python", name] + [shlex.quote(a) for a in sys.argv[1:]])
+
+
+def publish(text: str, out: str | None, data, benchmark: str | None = None) -> None:
+    """Print text (markdown); given out, write it there and, with a .json suffix, the record of data."""
+    print(text)
+    if not out:
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.rstrip("\n") + "\n")
+    path.with_suffix(".json").write_text(json.dumps(record_of(data, benchmark), indent=1, default=str) + "\n")
+
+
+def record_of(data, benchmark: str | None = None) -> dict:
+    """data as a record: the benchmark's name, today's date, this machine, this command."""
+    return {"benchmark": benchmark or Path(sys.argv[0]).stem, "date": datetime.date.today().isoformat(),
+            "machine": machine(), "command": command(), "note": "", "result": data}
+
+
+def fresh_caches(env: dict) -> dict:
+    """env with new, empty Inductor and Triton cache folders, as a new process on a new machine has them."""
+    return dict(env, TRITON_CACHE_DIR=tempfile.mkdtemp(prefix="triton-"),
+                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
+
+
+# ----- helpers of the summaries ------------------------------------------------------------------------------
 
 def _ratio(a, b) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
@@ -173,6 +225,29 @@ def memory_rows(result: list) -> list[dict]:
     return rows
 
 
+def driver_memory_rows(result: dict) -> list[dict]:
+    """memory.py --cycles: what the driver keeps per tune + save + load cycle, from cycle 3 on."""
+    cycles = result.get("cycles") or []
+    return [{"builds": "in a child process" if result.get("contain") else "in the driver", "cycles": len(cycles),
+             "RSS MB, first / last": (f"{cycles[0]['rss_mb']:.0f} / {cycles[-1]['rss_mb']:.0f}" if cycles else "-"),
+             "MB per cycle": f"{result['per_cycle_mb']:.2f}" if "per_cycle_mb" in result else "-",
+             "objects per cycle": f"{result['per_cycle_objects']:.0f}" if "per_cycle_objects" in result else "-"}]
+
+
+def pipeline_schedule_rows(result: dict) -> list[dict]:
+    """pipeline_schedule.py: per number of modules, the median wall against one module's and the goal."""
+    return [{"modules": r["modules"], "builds": r["builds"], "wall s (median)": _s(r.get("wall_s")),
+             "x one module": f"{r['over_one_module']:.2f}x" if r.get("over_one_module") else "-",
+             "goal": f"{r['goal']:.2f}x" if r.get("goal") else "-",
+             "met": "-" if r.get("met") is None else "yes" if r["met"] else "NO"} for r in result.get("rows", [])]
+
+
+def decision_characteristics_rows(result: dict) -> list[dict]:
+    """decisions.py --operating-characteristics: per scenario and noise, how often it is chosen (a SIMULATION)."""
+    return [{"scenario": r["what"], "noise": f"{r['noise']:.0%}", "chosen": f"{r['chosen']:.1%}",
+             "tunings": r["tunings"]} for r in result.get("rows", [])]
+
+
 def resume_rows(result: dict) -> list[dict]:
     """resume.py: a cold run against a killed and resumed one (targets: resumed <= 0.6x, killed + resumed
     <= 1.1x the cold run, the same decision)."""
@@ -194,8 +269,12 @@ QUESTIONS = (
      ray_vs_inline_rows),
     ("ray_vs_inline", "How would the same job scale on more GPUs? (a SIMULATION from measured candidate times)",
      "python benchmarks/schedule_sim.py OUT/r.json", scaling_rows),
+    ("pipeline_schedule", "Do several modules tune as one schedule, in about the time of one?",
+     "python benchmarks/pipeline_schedule.py --repeats 3 --out OUT/p.json", pipeline_schedule_rows),
     ("decisions", "Do the tuner's decisions hold in a user's own timing loop?",
      "python benchmarks/decisions.py --models vit --runs 3 --dispatch --out OUT", decisions_rows),
+    ("decision_characteristics", "How often does the decision procedure choose what it should? (a SIMULATION)",
+     "python benchmarks/decisions.py --operating-characteristics --tunings 1000", decision_characteristics_rows),
     ("kernel_forge", "Which attention kernel does the kernel forge pick per shape, and does it pay?",
      "python benchmarks/kernel_forge.py --out OUT/k.md", kernel_forge_rows),
     ("ort_gpu", "How does ONNX Runtime on the GPU compare with eager and Inductor?",
@@ -203,16 +282,33 @@ QUESTIONS = (
     ("memory", "Does peak memory grow with the number of candidates?",
      "python benchmarks/memory.py --device cuda --candidates 2,8 --buffer-mb 4096 --ray --out OUT/m.md",
      memory_rows),
+    ("driver_memory", "Does the driver keep memory from one tune + save + load cycle to the next?",
+     "python benchmarks/memory.py --cycles 12 [--contain] --out OUT/driver.md", driver_memory_rows),
     ("resume", "What does a killed job cost once resumed?", "python benchmarks/resume.py --out OUT/resume.md",
      resume_rows),
 )
 
 
+OWN_FIELDS = ("script", "date", "machine", "command")
+
+
+def as_record(data) -> dict | None:
+    """data as a record: a record as it is, or a benchmark's own JSON naming its script, date, machine and
+    command (see the module docstring); None when it is neither."""
+    if isinstance(data, dict) and "benchmark" in data:
+        return data
+    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in OWN_FIELDS):
+        return {"benchmark": Path(data["script"]).stem, "date": data["date"][:10], "machine": data["machine"],
+                "command": data["command"] if data["command"].startswith("python") else f"python {data['command']}",
+                "note": data.get("note", ""), "result": data}
+    return None
+
+
 def load_records(folder: Path = RESULTS) -> list[dict]:
     records = []
     for path in sorted(folder.glob("*.json")):
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or "benchmark" not in record:
+        record = as_record(json.loads(path.read_text()))
+        if record is None:
             raise SystemExit(f"{path} is not a benchmark record (see results_table.py's docstring)")
         record["file"] = path.name
         records.append(record)

@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # publish.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 
-from publish import publish  # noqa: E402
+from results_table import publish  # noqa: E402
 
 BACKENDS = {
     "jit": {"type": "TorchInductorJitBackend"},

@@ -7,8 +7,10 @@ import torch
 
 from aitune_ray.backend import Backend, BackendConfig
 from aitune_ray.candidate import run_candidate
+from aitune_ray.executor import failed_plan
 from aitune_ray.failures import classify, outcome
 from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, CandidateJob
+from aitune_ray.run_dir import NOT_RUN
 from aitune_ray.samples import Sample, SampleStore
 
 
@@ -43,6 +45,15 @@ def test_a_timeout_says_the_limit_and_whether_the_worker_was_replaced():
     assert there.worker_lost and there.error == ("build of B gave no result within 60 s; its worker was killed "
                                                  "and replaced")
     assert there.error_type == "TimeoutError"
+    named = outcome("the build of B", timed_out=True, limit_s=6, limit_name="task_timeout_s", replaced=True)
+    assert named.error == "the build of B gave no result within task_timeout_s=6 s; its worker was killed and replaced"
+
+
+def test_a_task_that_never_ran_says_why_and_is_not_journaled():
+    unrun = outcome("the build of B", unrun="the executor was closed")
+    assert (unrun.status, unrun.worker_lost, unrun.error_type) == (ERROR, False, "NotRun")
+    assert unrun.error == "the build of B did not run: the executor was closed"
+    assert unrun.error_type in NOT_RUN   # a resume runs it, instead of replaying it as failed
 
 
 def test_a_lost_worker_quotes_the_fatal_line_of_its_log(tmp_path):
@@ -84,3 +95,12 @@ def test_a_candidate_whose_build_raises_gets_its_status_and_message_from_outcome
     assert built is None and result.status != OK
     expected = outcome("build", exc=RuntimeError("no compiler here"))
     assert (result.status, result.error_type, result.error) == (expected.status, expected.error_type, expected.error)
+
+
+def test_a_plan_that_failed_gives_each_of_its_jobs_the_outcome_of_its_exception():
+    jobs = [CandidateJob(key=f"K{i}", spec={"type": "pkg.mod:Planned", "config": {}}) for i in (1, 2)]
+    exc = torch.OutOfMemoryError("CUDA out of memory while profiling")
+    results = failed_plan(jobs, exc, 1.5, "cpu")
+    expected = outcome("plan", exc=exc)
+    assert [(r.key, r.status, r.error_type, r.error) for r in results] == \
+        [(j.key, OOM, expected.error_type, expected.error) for j in jobs]

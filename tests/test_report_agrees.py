@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from aitune_ray import cli
+from aitune_ray.decision import screen_interval
 from aitune_ray.inspection import inspect_checkpoint
 from aitune_ray.measure import timing
 from aitune_ray.testing import SIM_CLOCK
@@ -65,7 +66,32 @@ def test_report_and_checkpoint_agree_on_a_first_run_and_after_resume(tmp_path, m
     (tmp_path / "job.yaml").write_text(JOB)
     assert cli.main(["tune", "job.yaml"]) == cli.EXIT_OK
     capsys.readouterr()
-    assert_they_agree(tmp_path)
+    _, text, page = assert_they_agree(tmp_path)
+    assert "slower at a batch size" in text and "slower at a batch size" in page   # the confirm session's verdict
     assert cli.main(["tune", "--resume", "job.yaml"]) == cli.EXIT_OK
     assert "1 candidate result(s) from the earlier run" in capsys.readouterr().out
-    assert_they_agree(tmp_path)
+    _, text, page = assert_they_agree(tmp_path)
+    assert "slower at a batch size" in text and "slower at a batch size" in page
+
+
+def test_a_contained_build_measures_on_the_clock_of_the_run_and_a_resume_replays_it(tmp_path, monkeypatch, capsys,
+                                                                                     sim_clock):
+    """Each build runs in a child process (the command's default), which screens the candidate against eager
+    there: on the simulated clock of this run, so the 4x candidate is screened 4x, confirmed and deployed,
+    on a first run and, replayed from the run folder, after `tune --resume` alike. (A child that timed on
+    the wall clock read the simulated calls' noise, pruned the candidate at screening, and kept eager:
+    "no candidate built, ran correctly and was measured".)"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(ROOT))
+    (tmp_path / "job.yaml").write_text(JOB.replace(", restored_extra_ms: 10.0", ""))
+    for command, said in ((["tune", "job.yaml"], "run folder: out/sim.ait.run\n"),
+                          (["tune", "--resume", "job.yaml"], "1 candidate result(s) from the earlier run")):
+        assert cli.main(command) == cli.EXIT_OK
+        assert said in capsys.readouterr().out
+        (record,) = json.loads((tmp_path / "out" / "sim.json").read_text())["report"]["modules"]
+        (result,) = record["results"]
+        assert record["chosen"] == result["key"], record["decision"]
+        screened = screen_interval(result["screen"], {int(bs): n for bs, n in record["call_mix"].items()})
+        assert 3.8 < screened.median < 4.2                                   # screened on the run's clock
+        assert 3.8 < record["speedups"][result["key"]] < 4.2                 # and confirmed on it
+        assert inspect_checkpoint(tmp_path / "out" / "sim.ait")["modules"][0]["backend"] != "eager"

@@ -141,3 +141,26 @@ def test_the_wrapper_cost_is_a_record_of_each_layers_microseconds(tmp_path):
     assert all(v > 0 for v in us.values())
     [row] = results_table.wrapper_rows(record["result"])
     assert row["Module(...) with the dispatch, us"] == f"{us['Module(...) with the dispatch']:.2f}"
+
+
+def test_a_benchmarks_own_json_naming_its_script_is_read_as_its_record(tmp_path):
+    """pipeline_schedule.py writes its own JSON (script, date, machine, command): a row as it stands."""
+    own = {"script": "benchmarks/pipeline_schedule.py", "command": "benchmarks/pipeline_schedule.py --repeats 3",
+           "date": "2026-12-05T11:30:32+00:00", "machine": "vm, 2 CPUs", "rows": [
+               {"modules": 1, "builds": 3, "wall_s": 14.03, "over_one_module": 1.0, "goal": None, "met": None},
+               {"modules": 3, "builds": 9, "wall_s": 24.77, "over_one_module": 1.765, "goal": 1.3, "met": False}]}
+    (tmp_path / "pipeline.json").write_text(json.dumps(own))
+    [record] = results_table.load_records(tmp_path)
+    assert (record["benchmark"], record["date"], record["command"]) == (
+        "pipeline_schedule", "2026-12-05", "python benchmarks/pipeline_schedule.py --repeats 3")
+    rows = _table(results_table.render([record]), _title("pipeline_schedule"))
+    assert [(r["modules"], r["wall s (median)"], r["x one module"], r["goal"], r["met"]) for r in rows] == [
+        ("1", "14.0", "1.00x", "-", "-"), ("3", "24.8", "1.76x", "1.30x", "NO")]
+
+
+def test_the_driver_memory_cycles_are_a_row_of_their_growth_per_cycle():
+    cycles = [{"cycle": i, "rss_mb": 500.0 + i, "gc_objects": 1000 + 10 * i} for i in range(6)]
+    [row] = results_table.driver_memory_rows({"contain": True, "cycles": cycles, "per_cycle_mb": 1.0,
+                                              "per_cycle_objects": 10.0})
+    assert row == {"builds": "in a child process", "cycles": 6, "RSS MB, first / last": "500 / 505",
+                   "MB per cycle": "1.00", "objects per cycle": "10"}

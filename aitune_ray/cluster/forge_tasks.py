@@ -18,8 +18,8 @@ import time
 from typing import Any, Iterator
 
 from aitune_ray.cluster.tasks import TaskRunner
-from aitune_ray.failures import short
-from aitune_ray.kernel_forge.records import ERROR, OK, TIMED_OUT
+from aitune_ray.failures import outcome
+from aitune_ray.kernel_forge.records import OK
 
 
 class Cancelled(Exception):
@@ -109,7 +109,8 @@ class Scheduler:
         if not self.tasks.inflight:
             if not self.pool.alive():
                 for work in list(self.queue):
-                    work.status, work.error = ERROR, "not run: no tuner actor is left"
+                    failure = outcome(self._what(work), unrun="no tuner actor is left")
+                    work.status, work.error = failure.status, failure.error
                 self.queue.clear()
                 self._demand()
             else:
@@ -139,20 +140,19 @@ class Scheduler:
 
     def _finish(self, work: Work, task) -> None:
         work.seconds, work.where = task.seconds, task.where
-        if task.timed_out:
-            work.status = TIMED_OUT
-            work.error = (f"no result {self.generation_timeout:g} s after submission; its actor was killed and "
-                          "replaced" if work.generator else
-                          f"forge {work.method} of {work.label} ran past task_timeout_s="
-                          f"{self.executor.task_timeout_s:g}s; its actor was killed and replaced")
-        elif task.failure is not None:
-            work.status, work.error = task.failure.status, task.failure.error
-            if task.failure.worker_lost:
-                work.error = (f"the worker process died during the forge {work.method} of {work.label} "
-                              f"({short(task.failure.cause)})")
-        else:
+        limit = ("generation_timeout", self.generation_timeout) if work.generator else \
+            ("task_timeout_s", self.executor.task_timeout_s)
+        failure = outcome(self._what(work), failure=task.failure, timed_out=task.timed_out, limit_s=limit[1],
+                          limit_name=limit[0], replaced=True, log_path=task.log_path)
+        if failure is None:
             work.out, work.status = task.out, OK
+        else:
+            work.status, work.error = failure.status, failure.error
         self._emit(work, "done", self._status(work))
+
+    @staticmethod
+    def _what(work: Work) -> str:
+        return f"the forge {work.method} of {work.label}"
 
     @staticmethod
     def _status(work: Work) -> str:

@@ -26,8 +26,8 @@ from aitune_ray.backend.backend import plan_key_of
 from aitune_ray.cluster.schedule import Request
 from aitune_ray.errors import BuildError
 from aitune_ray.executor import RunHandle, TuneContext
-from aitune_ray.failures import log_hint, revive_exception, short
-from aitune_ray.results import CANCELLED, ERROR, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.failures import outcome, revive_exception
+from aitune_ray.results import CANCELLED, ERROR, BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -167,26 +167,24 @@ class RayRunHandle(RunHandle):
         job, task = request.payload, request.task
         if task is None:
             self._ex.emit_job(self._ctx, job, "done", ERROR)
-            return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=ERROR,
-                               error_type="NoActorsLeft", error=request.unrun)
+            failure = outcome(f"the build of {job.backend_name}", unrun=request.unrun or "it was cancelled")
+            return BuildResult(key=job.key, backend=job.backend_name, spec=job.spec, status=failure.status,
+                               error_type=failure.error_type, error=failure.error)
         result = self._outcome(job, task)
         self._ex.schedule.costs.measured(self._ctx.name, job.spec, task.seconds)
         self._ex.task_done(self._ctx, task, result)
         return result
 
     def _outcome(self, job: CandidateJob, task) -> BuildResult:
-        failure = task.failure
-        if task.timed_out:
-            return self._failed(task, TIMED_OUT, f"{job.backend_name} ran past task_timeout_s="
-                                f"{self._ex.task_timeout_s:g}s; its actor was killed and replaced", "TimeoutError")
-        if failure is not None and failure.worker_lost:
-            hint = log_hint(task.log_path)
-            what = "ran out of memory" if failure.status == OOM else "died"
-            return self._failed(task, failure.status, f"the worker process {what} while building {job.backend_name}"
-                                f"{': ' + hint if hint else ''} ({short(failure.cause)})", failure.error_type)
-        if failure is not None:   # the actor method itself raised (e.g. the module did not load)
+        """The worker's result; or, when its task timed out, lost its worker or the actor method itself
+        raised (e.g. the module did not load), the result failures.outcome words for that."""
+        failure = outcome(f"the build of {job.backend_name}", failure=task.failure, timed_out=task.timed_out,
+                          limit_s=self._ex.task_timeout_s, limit_name="task_timeout_s", replaced=True,
+                          log_path=task.log_path)
+        if failure is not None:
             result = self._failed(task, failure.status, failure.error, failure.error_type)
-            result.exception = failure.cause
+            if not task.timed_out and not failure.worker_lost:
+                result.exception = failure.cause
             return result
         out = task.out
         result = BuildResult.from_dict(out["result"])
@@ -197,8 +195,8 @@ class RayRunHandle(RunHandle):
             result.artifacts = artifacts.store(result.artifacts, self._ctx.workdir / "artifacts" / job.key)
         except Exception as exc:
             logger.exception("artifacts of %s did not reach the driver", job.key)
-            result.status, result.error_type = ERROR, type(exc).__name__
-            result.error = f"artifact transfer failed: {type(exc).__name__}: {exc}"
+            failure = outcome("artifact transfer", exc=exc)
+            result.status, result.error_type, result.error = failure.status, failure.error_type, failure.error
             result.artifacts = {}
         return result
 

@@ -65,7 +65,7 @@ class Request:
     state: str = "new"            # queued, running, ended, cancelled
     task: Task | None = None
     slot: Slot | None = None
-    unrun: str = ""               # why it never ran (no actor left)
+    unrun: str = ""               # why it never ran (no actor left; failures.outcome words it)
     lost_logs: list = dataclasses.field(default_factory=list)   # the actor logs of attempts lost with a node
     started: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -130,7 +130,7 @@ class Schedule:
         with self._lock:
             for request in requests:
                 if self._closed:
-                    request.state, request.unrun = "ended", "not run: the executor was closed"
+                    request.state, request.unrun = "ended", "the executor was closed"
                     request.started.set()
                     request.done.set()
                     request._tell("end")
@@ -359,7 +359,7 @@ class Schedule:
         for request in list(self._queue):
             self._queue.remove(request)
             request.state = "ended"
-            request.unrun = (f"not run: every actor slot used up its max_actor_restarts={self.pool.max_restarts} "
+            request.unrun = (f"every actor slot used up its max_actor_restarts={self.pool.max_restarts} "
                              "replacements")
             request.started.set()
             request.done.set()

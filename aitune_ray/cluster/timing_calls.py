@@ -18,7 +18,7 @@ from aitune_ray.decision.session import Session
 from aitune_ray.device import gpu_identity
 from aitune_ray.errors import BuildError
 from aitune_ray.executor import TuneContext
-from aitune_ray.failures import classify, short
+from aitune_ray.failures import classify, outcome
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.results import ERROR, BuildResult
@@ -47,15 +47,15 @@ class TimingCalls:
         this raises BuildError."""
         task = self.schedule.wait(request).task
         if task is None:
-            raise BuildError(f"{what} did not run: {request.unrun or 'it was cancelled'}")
-        if task.timed_out:
-            raise BuildError(f"{what} ran past task_timeout_s={self.task_timeout_s:g}s on {task.log_path}")
-        if task.failure is not None and task.failure.worker_lost:
-            raise BuildError(f"the worker died during {what} ({short(task.failure.cause)}); log: {task.log_path}") \
-                from task.failure.cause
-        if task.failure is not None:
-            raise BuildError(f"{what} failed: {task.failure.error}") from task.failure.cause
-        return task.out
+            failure = outcome(what, unrun=request.unrun or "it was cancelled")
+        else:
+            failure = outcome(what, failure=task.failure, timed_out=task.timed_out, limit_s=self.task_timeout_s,
+                              limit_name="task_timeout_s", replaced=True, log_path=task.log_path)
+        if failure is None:
+            return task.out
+        where = f"; log: {task.log_path}" if task is not None and task.log_path and \
+            (failure.worker_lost or task.timed_out) else ""
+        raise BuildError(failure.error + where) from failure.cause
 
     def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
         return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),

@@ -163,7 +163,8 @@ def benchmark_original(function: str, samples: FunctionData | list, *,
         _fill_timing(record, time_mix(getattr(F, function), mix, device, measure_config))
         record.status, record.max_error, record.speedup = OK, 0.0, 1.0
     except Exception as exc:  # noqa: BLE001
-        record.error = f"timing failed: {type(exc).__name__}: {exc}"
+        failure = outcome("timing", exc=exc)
+        record.status, record.error = failure.status, failure.error
     record.seconds = time.perf_counter() - started
     return record
 
@@ -183,7 +184,8 @@ def outcome_from_result(function: str, generator: str, result: Any, seconds: flo
         try:
             record.provider, record.live, record.status = result.provider.to_dict(), result.provider, OK
         except Exception as exc:  # noqa: BLE001
-            record.error = f"the generated provider cannot be serialized: {type(exc).__name__}: {exc}"
+            failure = outcome("serializing the generated provider", exc=exc)
+            record.status, record.error = failure.status, failure.error
     return record
 
 

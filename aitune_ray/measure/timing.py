@@ -133,6 +133,12 @@ class Timing:
 _clock: Callable[[], float] = time.perf_counter
 
 
+def clock_in_use() -> Callable[[], float] | None:
+    """The clock use_clock() set, or None for the real one (time.perf_counter): what a process that measures
+    for this one (a contained build, aitune_ray.build_process) must read too."""
+    return None if _clock is time.perf_counter else _clock
+
+
 @contextlib.contextmanager
 def use_clock(clock: Callable[[], float]) -> Iterator[None]:
     """Read bursts with clock (seconds) instead of time.perf_counter: for simulated timing in tests."""

@@ -5,7 +5,9 @@
 - sessions: simulated screening and confirm-session numbers, for operating characteristics of the decision
   procedure over hundreds of tunings in seconds.
 
-Use ``with aitune_ray.measure.timing.use_clock(SIM_CLOCK): ...`` so that timings read the simulated clock.
+Use ``with aitune_ray.measure.timing.use_clock(SIM_CLOCK): ...`` so that timings read the simulated clock; the
+inline executor's contained builds (child processes) read it too (aitune_ray.build_process sends the clock in
+use); Ray's actors read their own real clock.
 """
 
 from aitune_ray.testing.sim import (LIVE_BUFFERS, SIM_CALLS, SIM_CLOCK, SimAffine, SimBackend, SimClock, SimConfig,

@@ -39,6 +39,16 @@ class SimClock:
     def sleep(self, seconds: float) -> None:
         self.now += max(seconds, 0.0)
 
+    def __reduce__(self):
+        """Pickled as the receiving process's own SIM_CLOCK, set to this one's time and slowness: the clock that
+        the simulated calls there advance (a copy of it would never move)."""
+        return _shared_clock, (self.now, self.slowness)
+
+
+def _shared_clock(now: float, slowness: float) -> SimClock:
+    SIM_CLOCK.now, SIM_CLOCK.slowness = now, slowness
+    return SIM_CLOCK
+
 
 SIM_CLOCK = SimClock()
 
