@@ -207,3 +207,25 @@ def test_decide_ranks_the_accepted_by_the_objective_and_never_accepts_outside_th
     assert decide(session, ["a", "b", "c"], mix, rule, objective=Objective(BUDGET, 0.4)).kind == OVER_BUDGET
     with pytest.raises(ValueError):
         Objective(BUDGET)
+
+
+def test_the_objective_and_its_figures_reach_the_report_and_the_checkpoint_as_plain_data(sim_clock, tmp_path):
+    import json
+    import zipfile
+
+    from aitune_ray.report.tables import module_report
+
+    even = candidate("even", EVEN, 4)
+    module = ait.Module(SimAffine(ms_by_bs=EAGER_MS, noise=0.02, seed=7), name="sim",
+                        strategy=ait.LatencyBudgetStrategy(5.0, [even], measure_config=SIM_MEASURE))
+    for bs in SIZES:
+        module(torch.ones(bs, 3))
+    report = module.tune(device="cpu", executor=InlineExecutor(remeasure_rounds=ROUNDS))
+    again = module_report(json.loads(json.dumps(report.to_dict())))
+    assert again.verdict["objective"] == {"kind": BUDGET, "latency_budget_ms": 5.0}
+    assert again.verdict["figures"][even.key()]["batch_size"] == 8 and again.decision == report.decision
+    path = ait.save(module, tmp_path / "sim.ait")
+    with zipfile.ZipFile(path) as archive:
+        manifest = json.loads(archive.read(next(n for n in archive.namelist() if n.endswith(".json"))))
+    assert manifest["modules"][0]["verdict"]["figures"][even.key()]["throughput"] == pytest.approx(8000 / 3, rel=0.05)
+    assert ait.load(ait.Module(SimAffine(ms_by_bs=EAGER_MS), name="sim"), path).state == ait.ModuleState.TUNED
