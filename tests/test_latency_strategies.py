@@ -177,6 +177,11 @@ def test_latency_budget_respects_the_validation_modes(sim_clock, mode):
                    mode=mode)
     if mode == "enabled":   # the only one within the budget is slower than eager elsewhere: eager stays
         assert report.chosen is None and report.verdict["kind"] == NOT_FASTER, report.decision
+        # even is accepted but over the budget; narrow within it but slower at 32: both said
+        assert report.decision.startswith("kept eager: no backend within the 0.95 ms latency budget is accepted "
+                                          "(not faster): SimBackend: faster: "), report.decision
+        assert "; over the budget at every recorded batch size (bs 1: 1.0" in report.decision
+        assert "slower than eager at bs 32" in report.decision and "samples/s at bs 1 (0.9" in report.decision
     else:
         assert report.chosen == narrow.key() and report.verdict["kind"] == VALIDATION_OFF, report.decision
     assert report.verdict["figures"][even.key()]["batch_size"] is None   # even is over 0.95 ms everywhere

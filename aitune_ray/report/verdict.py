@@ -122,6 +122,12 @@ def decision_text(verdict: Verdict, names: dict[str, str], diagnostic: bool = Fa
     if not verdict.judgements:
         return f"kept eager: {verdict.kind}: {verdict.why}" + _pruned(verdict, names)
     kind = NOT_FASTER if verdict.kind == NOT_FASTER else f"{INCONCLUSIVE} (per-round spread up to {verdict.spread():.0%})"
+    budget = (verdict.objective or {}).get("latency_budget_ms")
+    if budget is not None:   # the budget's figures beside each judgement: accepted but over the budget is said
+        judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}; {figures_text(verdict, k)}"
+                           for k, j in verdict.judgements.items() if k != DISPATCH)
+        return (f"kept eager: no backend within the {budget:g} ms latency budget is accepted ({kind}): {judged}"
+                + _pruned(verdict, names))
     judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}" for k, j in verdict.judgements.items()
                        if k != DISPATCH)
     return f"kept eager: {kind}: {judged}" + _pruned(verdict, names)
