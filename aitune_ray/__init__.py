@@ -15,7 +15,9 @@ from aitune_ray.errors import AITuneRayError
 from aitune_ray.module import Module, ModuleState
 from aitune_ray.tune_strategy import (
     FirstWinsStrategy,
+    LatencyBudgetStrategy,
     MaxThroughputStrategy,
+    MinLatencyStrategy,
     OneBackendStrategy,
     PerformanceValidationMode,
     TuneStrategy,
@@ -30,7 +32,8 @@ __all__ = [
     "BatchDim", "DataLoaderFactory", "DynamicDim", "LocalTorchStorage", "ModuleFunctionKernelProfiler",
     "PatchedModule", "PerformanceProfile", "PerformanceValidationMode", "aitune_cache_dir", "config", "inspect",
     "jit_config", "patch_for_jit_tuning", "profile", "snapshot_tuning_data", "wrap",
-    "AITuneRayError", "FirstWinsStrategy", "InlineExecutor", "MaxThroughputStrategy", "Module", "ModuleState",
+    "AITuneRayError", "FirstWinsStrategy", "InlineExecutor", "LatencyBudgetStrategy", "MaxThroughputStrategy",
+    "MinLatencyStrategy", "Module", "ModuleState",
     "OneBackendStrategy", "TuneStrategy", "TuningReport", "backend", "load", "save", "tune", "tune_strategy",
     "__version__",
 ]

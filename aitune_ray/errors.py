@@ -91,3 +91,7 @@ class RunFolderError(AITuneRayError):
 
 class ClusterError(AITuneRayError):
     """The Ray cluster cannot be reached or used."""
+
+
+class LatencyBudgetError(AITuneRayError, RuntimeError):
+    """No candidate meets a LatencyBudgetStrategy's latency budget (a RuntimeError, as in AITune)."""

@@ -28,6 +28,8 @@ __all__ = ["Job", "ModuleSpec", "StrategySpec", "BackendSpec", "ExecutorSpec", "
 
 STRATEGIES = {
     "MaxThroughput": "MaxThroughputStrategy",
+    "MinLatency": "MinLatencyStrategy",
+    "LatencyBudget": "LatencyBudgetStrategy",
     "FirstWins": "FirstWinsStrategy",
     "OneBackend": "OneBackendStrategy",
 }
@@ -65,6 +67,7 @@ class StrategySpec:
     tolerance: float | dict[str, float] | None = None
     max_finalists: int = bounded(3, 1, 1000)                 # confirmed in one session at most
     dispatch_by_batch_size: bool = False    # MaxThroughput only
+    latency_budget_ms: float | None = None   # LatencyBudget only, and required there: the most a call may take (ms)
     deploy_check_rounds: int = bounded(20, 0, 10_000)
     measure: dict[str, Any] = dataclasses.field(default_factory=dict)   # MeasureConfig fields
 
@@ -171,6 +174,8 @@ class Job:
                 strategy = cls(backends[0], **options)
             elif spec.type == "MaxThroughput":
                 strategy = cls(backends, dispatch_by_batch_size=spec.dispatch_by_batch_size, **options)
+            elif spec.type == "LatencyBudget":
+                strategy = cls(spec.latency_budget_ms, backends, **options)
             else:
                 strategy = cls(backends, **options)
         except ConfigError as exc:
@@ -328,6 +333,14 @@ def _check_job(job: Job) -> None:
         if job.strategy.type not in full:
             raise ConfigError(f"strategy.type: unknown strategy {job.strategy.type!r}; one of {sorted(STRATEGIES)}")
         job.strategy.type = full[job.strategy.type]
+    budget = job.strategy.latency_budget_ms
+    if job.strategy.type == "LatencyBudget" and budget is None:
+        raise ConfigError("strategy.latency_budget_ms: LatencyBudget needs a latency budget in milliseconds")
+    if budget is not None and job.strategy.type != "LatencyBudget":
+        raise ConfigError(f"strategy.latency_budget_ms: only LatencyBudget takes a latency budget, not "
+                          f"{job.strategy.type}")
+    if budget is not None and not budget > 0:
+        raise ConfigError(f"strategy.latency_budget_ms: expected a positive number of milliseconds, got {budget!r}")
     from_data(MeasureConfig, job.strategy.measure, "strategy.measure")
     if job.backends is not None and not job.backends:
         raise ConfigError("backends: the list is empty (leave the key out for the default backends)")

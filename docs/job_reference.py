@@ -70,7 +70,8 @@ NOTES = {
     "ModuleSpec.path": "attribute path of the submodule (`\"\"`: the whole model; `layers.0` indexes a list)",
     "ModuleSpec.name": "its name in reports and checkpoints (default: the path)",
     "ModuleSpec.max_samples": "calls recorded at most",
-    "StrategySpec.type": "`MaxThroughput`, `FirstWins` or `OneBackend` (or the full class names)",
+    "StrategySpec.type": "`MaxThroughput`, `MinLatency`, `LatencyBudget`, `FirstWins` or `OneBackend` (or the "
+                         "full class names)",
     "StrategySpec.performance_validation": "a candidate must beat eager to be chosen (off: correct is enough)",
     "ExecutorSpec.type": "`ray` or `inline` (no Ray: one candidate after another in this process)",
 }

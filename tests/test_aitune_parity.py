@@ -60,8 +60,6 @@ PUBLIC = {
 
 # Names with no counterpart, and why (docs/aitune.md says the same). A name that lands must leave this list.
 ABSENT = {
-    "MinLatencyStrategy": "absent for now: comes over the new decision procedure",
-    "LatencyBudgetStrategy": "absent for now: comes over the new decision procedure",
     "ArtifactPath": "checkpoint artifacts are files inside the one .ait file",
     "BuildMode": "no build modes: a backend is built once per candidate",
     "ExecutionMode": "no execution modes",

@@ -82,6 +82,11 @@ def eager_job(tmp_path: Path, **changes) -> dict:
     (lambda d: d.update(model="examples.mlp.model:build"), "model: 'examples.mlp.model' has no 'build'"),
     (lambda d: d["strategy"].update(type="OneBackend"), "backends: OneBackend takes exactly one backend, got 2"),
     (lambda d: d.update(backends=[]), "backends: the list is empty"),
+    (lambda d: d["strategy"].update(type="LatencyBudget"), "strategy.latency_budget_ms: LatencyBudget needs"),
+    (lambda d: d["strategy"].update(type="LatencyBudget", latency_budget_ms=0),
+     "strategy.latency_budget_ms: expected a positive number"),
+    (lambda d: d["strategy"].update(type="MinLatency", latency_budget_ms=5),
+     "strategy.latency_budget_ms: only LatencyBudget takes a latency budget, not MinLatency"),
 ])
 def test_schema_error_names_the_key(change, message):
     data = copy.deepcopy(mlp_job())
@@ -89,6 +94,18 @@ def test_schema_error_names_the_key(change, message):
     with pytest.raises(ConfigError) as info:
         parse_job(data)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ({"type": "MinLatency"}, "MinLatencyStrategy"),
+    ({"type": "LatencyBudget", "latency_budget_ms": 7.5}, "LatencyBudgetStrategy"),
+    ({"type": "LatencyBudgetStrategy", "latency_budget_ms": 7.5}, "LatencyBudgetStrategy")])
+def test_the_latency_strategies_are_named_in_a_job(strategy, expected):
+    data = mlp_job()
+    data["strategy"] = strategy
+    made = parse_job(data).make_strategy("cpu")
+    assert type(made).__name__ == expected
+    assert getattr(made, "latency_budget_ms", None) == strategy.get("latency_budget_ms")
 
 
 def test_example_jobs_are_valid():

@@ -42,7 +42,9 @@ def recorded(strategy, batch_sizes=(8, 32), **eager):
 
 STRATEGIES = {"one": lambda bs: ait.OneBackendStrategy(bs[0], measure_config=SIM_MEASURE),
               "first": lambda bs: ait.FirstWinsStrategy(bs, measure_config=SIM_MEASURE),
-              "max": lambda bs: ait.MaxThroughputStrategy(bs, measure_config=SIM_MEASURE)}
+              "max": lambda bs: ait.MaxThroughputStrategy(bs, measure_config=SIM_MEASURE),
+              "min": lambda bs: ait.MinLatencyStrategy(bs, measure_config=SIM_MEASURE),
+              "budget": lambda bs: ait.LatencyBudgetStrategy(1000.0, bs, measure_config=SIM_MEASURE)}
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))

@@ -3,23 +3,28 @@ batch-size dispatch, all on that session's rounds and nothing else."""
 
 from __future__ import annotations
 
+from aitune_ray.decision.objective import SPEEDUP, Objective
 from aitune_ray.decision.rule import Rule, control_fits, judge
 from aitune_ray.decision.session import Session
 from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_UNFIT, INCONCLUSIVE, NO_CANDIDATE,
-                                         NOT_FASTER, VALIDATION_OFF, Verdict)
+                                         NOT_FASTER, OVER_BUDGET, VALIDATION_OFF, Verdict)
 
 
 def decide(session: Session | None, finalists: list[str], mix: dict[int, int], rule: Rule, *,
            dispatch: bool = False, screened: dict | None = None, pruned: dict | None = None,
-           family: int = 0) -> Verdict:
+           family: int = 0, objective: Objective | None = None) -> Verdict:
     """The decision on session for finalists (best first by screening). dispatch: each batch size may go to
     the best candidate accepted at that size; the composite is then judged by the same rule, as one more
     hypothesis (K counts it), and chosen over the single winner when its median over the mix is higher.
     family: K at least this (a strategy that confirms candidates one session at a time, FirstWins, counts
-    every candidate it may confirm)."""
+    every candidate it may confirm). objective: what the winner maximizes among the accepted candidates, and
+    which of them may win (decision.objective; default: the median speedup over the mix, every one)."""
+    objective = objective or Objective()
+
     def verdict(chosen, kind, **extra) -> Verdict:
         return Verdict(chosen, kind, screened=dict(screened or {}), pruned=dict(pruned or {}),
-                       min_speedup_ratio=rule.min_speedup_ratio, noise_tolerance=rule.noise_tolerance, **extra)
+                       min_speedup_ratio=rule.min_speedup_ratio, noise_tolerance=rule.noise_tolerance,
+                       objective=objective.to_dict(), **extra)
 
     if not finalists:
         if pruned:   # screened slower than eager, paired on one device at one moment: shown not faster
@@ -38,21 +43,35 @@ def decide(session: Session | None, finalists: list[str], mix: dict[int, int], r
     k = max(family, len(timed) + (1 if dispatch and len(mix) > 1 else 0))
     common = dict(confidence=rule.confidence(k), finalists=k, rounds=session.rounds, where=session.where)
     judgements = {key: judge(key, session.eager, session.candidates[key], mix, rule, k) for key in timed}
+    figures = {key: objective.figures(session.candidates[key], mix) for key in timed}
+    if objective.kind != SPEEDUP:
+        figures["eager"] = objective.figures(session.eager, mix)
+        common["figures"] = figures
+    eligible = [key for key in timed if objective.eligible(figures[key])]
+
+    def best(keys: list[str]) -> str:
+        return max(keys, key=lambda key: objective.score(figures[key], judgements[key].median))
+
     if not rule.enabled:
-        best = max(timed, key=lambda key: judgements[key].median)
-        return verdict(best, VALIDATION_OFF, judgements=judgements, **common)
+        if not eligible:
+            return verdict(None, OVER_BUDGET, judgements=judgements, why="no finalist meets the latency budget",
+                           **common)
+        return verdict(best(eligible), VALIDATION_OFF, judgements=judgements, **common)
     control = judge("control", session.eager, session.control, mix, rule, k)
     out = verdict(None, INCONCLUSIVE, judgements=judgements, control=control, **common)
     if not control_fits(control, rule):
         out.kind = HOST_UNFIT
         return out
-    accepted = [key for key in timed if judgements[key].accepted]
+    if not eligible:
+        out.kind, out.why = OVER_BUDGET, "no finalist meets the latency budget"
+        return out
+    accepted = [key for key in eligible if judgements[key].accepted]
     if accepted:
-        out.chosen, out.kind = max(accepted, key=lambda key: judgements[key].median), FASTER
-    if dispatch and len(mix) > 1:
+        out.chosen, out.kind = best(accepted), FASTER
+    if dispatch and len(mix) > 1 and objective.kind == SPEEDUP:
         _dispatch(out, session, timed, mix, rule, k)
     if out.chosen is None:
-        out.kind = NOT_FASTER if all(j.kind not in (INCONCLUSIVE,) for j in judgements.values()) else INCONCLUSIVE
+        out.kind = NOT_FASTER if all(judgements[key].kind != INCONCLUSIVE for key in eligible) else INCONCLUSIVE
     return out
 
 

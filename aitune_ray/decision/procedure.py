@@ -8,6 +8,7 @@ import logging
 from typing import Callable
 
 from aitune_ray.decision.choose import decide
+from aitune_ray.decision.objective import Objective
 from aitune_ray.decision.rule import Rule
 from aitune_ray.decision.screen import MAX_FINALISTS, shortlist
 from aitune_ray.decision.session import Session
@@ -18,11 +19,14 @@ logger = logging.getLogger(__name__)
 
 def choose(screens: dict[str, dict | None], confirm: Callable[[list[str]], Session], mix: dict[int, int],
            rule: Rule, *, max_finalists: int = MAX_FINALISTS, dispatch: bool = False,
-           order: list[str] | None = None, family: int = 0) -> Verdict:
+           order: list[str] | None = None, family: int = 0, objective: Objective | None = None) -> Verdict:
     """The verdict on the candidates whose screening numbers are screens (key -> BuildResult.screen, in
     the strategy's order). confirm(finalists) runs their confirm session; one that raises is a failed
-    session (eager is kept, and the verdict says why). family: as in decide."""
-    finalists, pruned, screened = shortlist(screens, mix, max_finalists, order, prune_slower=rule.enabled)
+    session (eager is kept, and the verdict says why). family, objective: as in decide (screening ranks on
+    objective.screen_mix(mix))."""
+    objective = objective or Objective()
+    finalists, pruned, screened = shortlist(screens, objective.screen_mix(mix), max_finalists, order,
+                                            prune_slower=rule.enabled)
     session = None
     if finalists:
         try:
@@ -31,4 +35,4 @@ def choose(screens: dict[str, dict | None], confirm: Callable[[list[str]], Sessi
             logger.warning("the confirm session failed: %s: %s", type(exc).__name__, exc)
             session = Session.failure(f"{type(exc).__name__}: {exc}")
     return decide(session, finalists, mix, rule, dispatch=dispatch, screened=screened, pruned=pruned,
-                  family=family)
+                  family=family, objective=objective)

@@ -15,6 +15,7 @@ HOST_UNFIT = "host unfit"            # the A/A control did not read 1: the host 
 CONFIRM_FAILED = "confirm failed"    # the confirm session did not run: nothing is decided on other numbers
 NO_CANDIDATE = "no candidate"        # nothing built, was correct and survived screening
 VALIDATION_OFF = "validation off"    # performance validation off: the fastest that ran is taken unjudged
+OVER_BUDGET = "over budget"          # no finalist meets the latency budget (decision.objective)
 
 DISPATCH = "dispatch"                # Verdict.chosen of a batch-size dispatch (its routes say to what)
 
@@ -57,7 +58,9 @@ class Verdict:
     judgements: key -> Judgement of every finalist (and the composite "dispatch"); control: the A/A
     control's. screened: key -> the screening interval (plain dict) of every candidate screened; pruned:
     key -> why it did not reach the confirm session. where: the device the session ran on; why: the
-    failure of a session that failed, the reason eager was kept where no judgement says it."""
+    failure of a session that failed, the reason eager was kept where no judgement says it. objective: what the
+    winner maximized (decision.objective.Objective.to_dict()); figures: key (and "eager") -> its objective's
+    figures in the session (latency, throughput within a budget), empty for the speedup objective."""
 
     chosen: str | None
     kind: str
@@ -73,6 +76,8 @@ class Verdict:
     why: str = ""
     min_speedup_ratio: float = 0.01
     noise_tolerance: float = 0.03
+    objective: dict = dataclasses.field(default_factory=dict)
+    figures: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from aitune_ray.decision.objective import BUDGET, LATENCY
 from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_UNFIT, INCONCLUSIVE, NO_CANDIDATE,
-                                         NOT_FASTER, SLOWER, VALIDATION_OFF, Judgement, Verdict)
+                                         NOT_FASTER, OVER_BUDGET, SLOWER, VALIDATION_OFF, Judgement, Verdict)
 
 
 def interval_text(i: dict) -> str:
@@ -55,10 +56,44 @@ def judgement_text(j: Judgement, verdict: Verdict, diagnostic: bool = False) -> 
     return f"{INCONCLUSIVE}: {where}; " + " and ".join(parts) + f"; per-round spread (IQR/median) {j.spread:.0%}"
 
 
+def figures_text(verdict: Verdict, key: str) -> str:
+    """A callable's figures of a latency objective in the confirm session ("" for the speedup objective)."""
+    f = verdict.figures.get(key)
+    kind = (verdict.objective or {}).get("kind")
+    if not f:
+        return ""
+    if kind == LATENCY:
+        return f"{f['latency_ms']:.3f} ms per call at bs {f['batch_size']}"
+    if kind == BUDGET:
+        if f["batch_size"] is None:
+            return "over the budget at every recorded batch size (" + ", ".join(
+                f"bs {bs}: {ms:.3f} ms" for bs, ms in f["latency_by_bs"]) + ")"
+        return f"{f['throughput']:.1f} samples/s at bs {f['batch_size']} ({f['latency_ms']:.3f} ms per call)"
+    return ""
+
+
+def _objective_clause(verdict: Verdict, key: str) -> str:
+    """Why the chosen one, by the objective: its figure beside eager's ("" for the speedup objective)."""
+    kind = (verdict.objective or {}).get("kind")
+    if kind not in (LATENCY, BUDGET) or key not in verdict.figures:
+        return ""
+    eager = figures_text(verdict, "eager")
+    what = ("the lowest latency" if kind == LATENCY else
+            f"the highest throughput within the {verdict.objective['latency_budget_ms']:g} ms latency budget")
+    return f" ({what}: {figures_text(verdict, key)}; eager {eager})" if eager else f" ({what}: {figures_text(verdict, key)})"
+
+
 def decision_text(verdict: Verdict, names: dict[str, str], diagnostic: bool = False) -> str:
     """The decision in one sentence. names: key -> the backend's name. diagnostic: as in judgement_text."""
     def name(key):
         return "eager" if key is None else names.get(key, key)
+
+    if verdict.kind == OVER_BUDGET:
+        budget = (verdict.objective or {}).get("latency_budget_ms")
+        judged = "; ".join(f"{name(k)}: {figures_text(verdict, k)}" for k in verdict.judgements if k != DISPATCH)
+        return (f"no backend meets the latency budget of {budget:g} ms (the median time per call in the confirm "
+                f"session, at any recorded batch size): {judged}; eager: {figures_text(verdict, 'eager')}"
+                + _pruned(verdict, names))
 
     if verdict.kind == NO_CANDIDATE:
         return f"kept eager: {verdict.why}" + _pruned(verdict, names)
@@ -74,16 +109,25 @@ def decision_text(verdict: Verdict, names: dict[str, str], diagnostic: bool = Fa
         return f"chose a batch-size dispatch ({routes}): {judgement_text(verdict.judgements[DISPATCH], verdict)}"
     if verdict.kind == VALIDATION_OFF and verdict.chosen is not None:
         j = verdict.judgements[verdict.chosen]
+        by = _objective_clause(verdict, verdict.chosen)
         if diagnostic:
-            return (f"chose {name(verdict.chosen)}, the fastest in the confirm session: "
+            return (f"chose {name(verdict.chosen)}{by or ', the fastest in the confirm session'}: "
                     f"{judgement_text(j, verdict, diagnostic)}")
-        return (f"chose {name(verdict.chosen)}: performance {VALIDATION_OFF}, the fastest in the confirm session "
+        return (f"chose {name(verdict.chosen)}{by}: performance {VALIDATION_OFF}, "
+                f"{'its speedup' if by else 'the fastest in the confirm session'} "
                 f"({interval_text(j.interval)} over the recorded mix)")
     if verdict.chosen is not None:
-        return f"chose {name(verdict.chosen)}: {judgement_text(verdict.judgements[verdict.chosen], verdict)}"
+        return (f"chose {name(verdict.chosen)}{_objective_clause(verdict, verdict.chosen)}: "
+                f"{judgement_text(verdict.judgements[verdict.chosen], verdict)}")
     if not verdict.judgements:
         return f"kept eager: {verdict.kind}: {verdict.why}" + _pruned(verdict, names)
     kind = NOT_FASTER if verdict.kind == NOT_FASTER else f"{INCONCLUSIVE} (per-round spread up to {verdict.spread():.0%})"
+    budget = (verdict.objective or {}).get("latency_budget_ms")
+    if budget is not None:   # the budget's figures beside each judgement: accepted but over the budget is said
+        judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}; {figures_text(verdict, k)}"
+                           for k, j in verdict.judgements.items() if k != DISPATCH)
+        return (f"kept eager: no backend within the {budget:g} ms latency budget is accepted ({kind}): {judged}"
+                + _pruned(verdict, names))
     judged = "; ".join(f"{name(k)}: {judgement_text(j, verdict)}" for k, j in verdict.judgements.items()
                        if k != DISPATCH)
     return f"kept eager: {kind}: {judged}" + _pruned(verdict, names)

@@ -26,6 +26,6 @@ def default_backends(strategy: str, workflow: str) -> list:
         raise ConfigError(f"unknown tuning workflow {workflow!r}; expected 'aot' or 'jit'")
     if strategy == "FirstWinsStrategy" or (strategy == "MaxThroughputStrategy" and workflow == "jit"):
         return [*_tensorrt_pair(), TorchInductorJitBackend()]
-    if strategy == "MaxThroughputStrategy":
+    if strategy in ("MaxThroughputStrategy", "MinLatencyStrategy", "LatencyBudgetStrategy"):   # both workflows
         return [*_tensorrt_pair(), TorchInductorAotBackend(), TorchTensorRTAotBackend(), TorchInductorJitBackend()]
     raise ConfigError(f"{strategy} has no default backends: pass the backends to try")

@@ -6,17 +6,17 @@ import logging
 
 from aitune_ray.backend.backend import class_path
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
-from aitune_ray.decision import DISPATCH, shortlist
+from aitune_ray.decision import DISPATCH
 from aitune_ray.results import OK, BuildResult
-from aitune_ray.tune_strategy.tune_strategy import TuneStrategy, failures_text
+from aitune_ray.tune_strategy.profiling_strategy import ProfilingStrategy
 
 logger = logging.getLogger(__name__)
 
 
-class MaxThroughputStrategy(TuneStrategy):
+class MaxThroughputStrategy(ProfilingStrategy):
     """Every candidate is built and screened; the max_finalists best by screening are confirmed in one
-    session and the accepted one with the highest median speedup wins. Builds that fall out of the
-    finalists are released as soon as they do, so that what is held does not grow with the candidates.
+    session and the accepted one with the highest median speedup over the recorded call mix wins. Builds
+    that fall out of the finalists are released as soon as they do (ProfilingStrategy).
 
     dispatch_by_batch_size: where different candidates are accepted at different recorded batch sizes,
     deploy a BatchDispatchBackend that sends each call, by its batch size, to that size's best (eager where
@@ -26,25 +26,7 @@ class MaxThroughputStrategy(TuneStrategy):
         super().__init__(backends, **kwargs)
         self.dispatch_by_batch_size = dispatch_by_batch_size
 
-    def jobs(self):
-        """Every candidate is built anyway, so the order is free: costly builds first (longest-first
-        scheduling), which keeps one late long build from finishing alone on a parallel executor."""
-        by_key = {b.key(): b.cost_hint() for b in self.backends}
-        return sorted(super().jobs(), key=lambda job: (-by_key[job.key], job.priority))
-
-    def _decide(self, context, executor, handle, report) -> None:
-        held: set[str] = set()
-        for result in handle:
-            report.results.append(result)
-            if result.ok:
-                held.add(result.key)
-                held = self._release_beyond_finalists(context, executor, report, held)
-        ok = [r for r in report.results if r.ok]
-        if not ok:
-            report.decision = "kept eager: no backend built correctly (" + failures_text(report.results) + ")"
-            return
-        verdict = self._verdict(context, executor, report, ok, max_finalists=self.max_finalists,
-                                dispatch=self.dispatch_by_batch_size)
+    def _take(self, context, report, ok: list[BuildResult], verdict) -> None:
         if verdict.chosen == DISPATCH:
             dispatch = self._dispatch_result(report, ok, verdict.routes)
             report.results.append(dispatch)
@@ -53,16 +35,6 @@ class MaxThroughputStrategy(TuneStrategy):
             report.speedups[dispatch.key] = judgement.median
             report.notes[dispatch.key] = report.decision
             report.verdicts[dispatch.key] = report.verdicts.pop(DISPATCH, {})
-
-    def _release_beyond_finalists(self, context, executor, report, held: set[str]) -> set[str]:
-        """Release every held build that screening leaves out of the finalists so far (one left out cannot
-        come back: later candidates only add better ones). Returns the builds still held."""
-        results = {r.key: r for r in report.results if r.key in held}
-        finalists, _, _ = shortlist({k: r.screen for k, r in results.items()}, report.call_mix, self.max_finalists,
-                                    order=list(results), prune_slower=self.performance_validation)
-        for key in held - set(finalists):
-            executor.release(context, results[key])
-        return set(finalists)
 
     @staticmethod
     def _dispatch_result(report, ok: list[BuildResult], routes: dict[int, str | None]) -> BuildResult:

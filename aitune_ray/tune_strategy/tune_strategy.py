@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from typing import Iterable
 
 from aitune_ray.backend.backend import Backend
-from aitune_ray.decision import Rule, Session, Verdict, choose
+from aitune_ray.decision import Objective, Rule, Session, Verdict, choose
 from aitune_ray.decision.screen import MAX_FINALISTS, SCREEN_ROUNDS
 from aitune_ray.errors import ConfigError
 from aitune_ray.executor import Executor, RunHandle, TuneContext
@@ -163,7 +163,8 @@ class TuneStrategy(ABC):
         return report
 
     def _verdict(self, context: TuneContext, executor: Executor, report: ModuleReport, results: list[BuildResult],
-                 *, max_finalists: int, dispatch: bool = False, family: int = 0) -> Verdict:
+                 *, max_finalists: int, dispatch: bool = False, family: int = 0,
+                 objective: Objective | None = None) -> Verdict:
         """The decision procedure on results (ok, in this strategy's order), recorded in report."""
         by_key = {r.key: r for r in results}
 
@@ -174,7 +175,8 @@ class TuneStrategy(ABC):
             return session
 
         verdict = choose({r.key: r.screen for r in results}, confirm, report.call_mix, self.rule(),
-                         max_finalists=max_finalists, dispatch=dispatch, order=list(by_key), family=family)
+                         max_finalists=max_finalists, dispatch=dispatch, order=list(by_key), family=family,
+                         objective=objective)
         report.take_verdict(verdict, self.performance_validation_mode is PerformanceValidationMode.DIAGNOSTIC)
         return verdict
 
