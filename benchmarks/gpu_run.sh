@@ -48,29 +48,14 @@ for part in $parts; do
         --runs ${RUNS:-3} ${DISPATCH---dispatch} --backends ${BACKENDS:-jit,jit-ro,jit-max,onnx-graphs,ao-fp8wo,kernels} \
         --budget-s ${BUDGET_S:-420}
       sed -n '1,60p' "$out/decisions/decisions.md" ;;
-    aitune)   # tuning time beside AITune 0.6.0 on the ViT. Its wheel and those of its dependencies that the image
-      # lacks are not part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
-      # AITune imports nvidia-modelopt for its TensorRT quantizers at import time; TensorRT cannot be had
-      # on this machine, so an import stub stands in for it (no candidate here uses it).
+    aitune)   # tuning time beside AITune 0.6.0 on the ViT. AITune imports TensorRT, nvidia-modelopt and polygraphy
+      # when it is imported (its TensorRT backend subclasses a TensorRT class), so this part needs a machine
+      # where TensorRT can be installed. Its wheel and those of its dependencies that the image lacks are not
+      # part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
       wheels=${AITUNE_WHEELS:-.whl}
       if ! ls "$wheels"/*.whl > /dev/null 2>&1; then echo "aitune: no wheels in $wheels (set AITUNE_WHEELS)"; continue; fi
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/aitsite "$wheels"/*.whl 2>&1 | grep -v WARNING
-      python3 - <<'PY'
-import pathlib
-root = pathlib.Path("/tmp/aitstub/modelopt")
-files = {"__init__.py": "__version__ = '0.47.0'\n", "onnx/__init__.py": "", "onnx/quantization/__init__.py":
-         "def quantize(*a, **k):\n    raise RuntimeError('nvidia-modelopt is not installed here')\n",
-         "onnx/autocast.py": "def convert_to_mixed_precision(*a, **k):\n    raise RuntimeError('no modelopt')\n",
-         "onnx/export.py": "class NVFP4QuantExporter:\n    process_model = None\n", "torch/__init__.py": "",
-         "torch/quantization.py": "def quantize(*a, **k):\n    raise RuntimeError('no modelopt')\n"
-                                  + "".join(f"{n} = {{}}\n" for n in ("NVFP4_DEFAULT_CFG", "FP8_DEFAULT_CFG",
-                                            "INT8_DEFAULT_CFG", "INT8_SMOOTHQUANT_CFG", "INT4_AWQ_CFG",
-                                            "NVFP4_FP8_MHA_CONFIG"))}
-for name, text in files.items():
-    (root / name).parent.mkdir(parents=True, exist_ok=True)
-    (root / name).write_text(text)
-PY
-      PYTHONPATH="/tmp/aitsite:/tmp/aitstub:$PYTHONPATH" run aitune 590 python benchmarks/beside_aitune.py \
+      PYTHONPATH="/tmp/aitsite:$PYTHONPATH" run aitune 590 python benchmarks/beside_aitune.py \
         --out "$out/aitune" --runs ${RUNS:-aitune_ray,aitune} --run-timeout ${RUN_TIMEOUT:-280}
       cat "$out/aitune/beside_aitune.md" ;;
     forge)   # the kernel forge per SDPA shape (about 5 minutes)
