@@ -62,7 +62,7 @@ from aitune_ray.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.warm_up import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
-from publish import fresh_caches  # noqa: E402
+from results_table import fresh_caches  # noqa: E402
 
 
 def parse_run(text: str) -> tuple[str, int]:
