@@ -61,6 +61,13 @@ class FastBackend(Backend):
         return self._linear(x)
 
 
+class HintedBackend(FastBackend):
+    """FastBackend whose build_cost hint is its build_s: a backend whose cost follows its configuration."""
+
+    def cost_hint(self) -> float:
+        return self.config.build_s or self.build_cost
+
+
 @dataclasses.dataclass
 class HeldConfig(HelperConfig):
     """count_file: each build appends "tag held" to it: how many other builds this process held as it began."""

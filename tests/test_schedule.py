@@ -16,7 +16,7 @@ from aitune_ray.cluster.costs import Costs  # noqa: E402
 from aitune_ray.module import ModuleState  # noqa: E402
 from aitune_ray.results import ERROR  # noqa: E402
 from aitune_ray.tuning import tune_modules  # noqa: E402
-from tests.ray_helpers import FastBackend, HelperConfig, RaisingBackend, SlowNet  # noqa: E402
+from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, SlowNet  # noqa: E402
 from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
 from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402
 
@@ -129,6 +129,17 @@ def test_costs_start_as_hints_and_turn_into_this_job_s_seconds():
     costs.measured("b", other, 2.0)
     assert costs.estimate("b", costly) == pytest.approx(2.0)     # b builds 2 s per hint unit
     assert costs.estimate("c", {"type": "no.such:Backend", "config": {}}) == pytest.approx(5.0)   # the job's mean
+
+
+def test_a_class_measured_elsewhere_keeps_the_spread_of_its_hints():
+    """A backend whose hint follows its configuration: in a module with nothing measured yet, a long build of
+    that class stays costlier than a short one (seconds per hint unit of the class, not its mean seconds)."""
+    long, short = (HintedBackend(HelperConfig(build_s=s)).spec() for s in (6.0, 1.5))
+    costs = Costs()
+    costs.measured("a", long, 12.0)
+    costs.measured("a", short, 3.0)
+    assert costs.estimate("b", long) == pytest.approx(12.0)
+    assert costs.estimate("b", short) == pytest.approx(3.0)
 
 
 def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_module_in_its_own_order():
