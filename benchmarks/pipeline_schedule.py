@@ -11,12 +11,13 @@ CPU in its place, and the driver, which has no GPU, skips the post-deploy check.
 timing session of the node would wait for the one CPU device, as it must on a real CPU.)
 
 Each module has one candidate per --builds entry, whose build sleeps that long (a GPU compile mostly waits)
-and whose build_cost hint is those seconds (three backends of known relative costs). The wall time of
-tune_modules() is measured per pipeline size (the median of --repeats), and compared with one module alone
-(the same run's 1-module wall) and with the critical path: the longest build plus one module's own work
-outside its builds (its 1-module wall less its longest build), which no schedule gets under. Goal (issue
-39): 3 modules within 1.3x one module, 6 within 1.6x. The JSON also keeps each run's timeline (every
-progress event, seconds from the tuning's start, with its actor's GPU).
+and whose build_cost hint is those seconds (three backends of known relative costs); restoring the chosen
+one on the driver loads it, without that wait (the three are equally fast: which one is chosen is chance).
+The wall time of tune_modules() is measured per pipeline size (the median of --repeats), and compared with
+one module alone (the same run's 1-module wall) and with the critical path: the longest build plus one
+module's own work outside its builds (its 1-module wall less its longest build), which no schedule gets
+under. Goal (issue 39): 3 modules within 1.3x one module, 6 within 1.6x. The JSON also keeps each run's
+timeline (every progress event, seconds from the tuning's start, with its actor's GPU).
 
 The JSON also holds every task's recorded time (module, task, seconds), which schedule_sim.py schedules on
 more GPUs than this machine has.

@@ -1,9 +1,11 @@
 """A cluster of several GPU kinds (ray.cluster_utils.Cluster, fake GPUs, each node labelled with its kind):
-a job that targets one kind runs only on nodes of that kind, and one whose kind is absent is refused."""
+a job that targets one kind runs only on nodes of that kind, and one whose kind is absent is refused; a node
+of that kind that joins mid-job gets the job's queued work."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from aitune_ray.cluster import kinds
 from aitune_ray.errors import ClusterError
 from aitune_ray.inspection import inspect_checkpoint, render
 from aitune_ray.measure.timing import MeasureConfig
+from tests.fault_helpers import GateConfig, GatedBackend, start_gate
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +65,65 @@ def test_work_lands_only_on_nodes_of_the_target_kind(tmp_path, monkeypatch):
         (entry,) = inspect_checkpoint(path)["modules"]
         assert entry["gpu_kind"] == "H100"                        # the kind this decision is for
         assert "tuned on cpu (H100)" in render(inspect_checkpoint(path))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def node_of(where: str) -> str:
+    """The short node id in a result's or an event's node ("host (address, node 1a2b3c4d)")."""
+    return where.rpartition("node ")[2].rstrip(")")
+
+
+@pytest.mark.slow
+def test_a_node_of_the_target_kind_that_joins_mid_job_gets_queued_work(tmp_path, monkeypatch):
+    """One H100 node (and an A100 one): its one actor holds a gated build while another waits in the queue.
+    An H100 node joins: the pool grows onto it and the waiting build runs there before the gate opens."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("PYTHONPATH", WORKER_PATH)   # the raylets' workers import this checkout
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    first = cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1})
+    cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
+    joined, landed, events = [], threading.Event(), []
+
+    def progress(event: dict) -> None:
+        events.append(event)
+        if (event["event"] == "building" and event["backend"] == "FastBackend" and joined
+                and node_of(event["node"]) == joined[0].node_id[:8]):
+            landed.set()
+
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        gate = start_gate("join")
+        executor = ait.RayExecutor(gpu_kind="H100", task_timeout_s=120, remeasure_rounds=3, warm_up="off",
+                                   log_dir=str(tmp_path / "logs"), progress=progress)
+
+        def join_then_release():
+            ray.get(gate.wait_arrived.remote())   # the one H100 actor holds the gated build
+            joined.append(cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1}))
+            landed.wait(120)                      # the queued build starts on the new node (or the test fails)
+            ray.get(gate.release.remote())
+
+        joiner = threading.Thread(target=join_then_release, daemon=True)
+        joiner.start()
+        module = recorded("net", ait.MaxThroughputStrategy([
+            GatedBackend(GateConfig(tag=1, gate="join", at="build")), FastBackend(HelperConfig(tag=2))],
+            measure_config=MEASURE))
+        try:
+            report = module.tune(executor=executor)
+            slots = len(executor.pool.slots)
+        finally:
+            executor.close()
+        joiner.join()
+        assert landed.is_set() and slots == 2                     # the pool grew by the joined node's GPU
+        by_tag = {r.spec["config"]["tag"]: r for r in report.results}
+        assert all(r.ok for r in by_tag.values())
+        assert node_of(by_tag[2].node) == joined[0].node_id[:8]
+        assert node_of(by_tag[1].node) == first.node_id[:8]
+        h100 = {first.node_id[:8], joined[0].node_id[:8]}
+        assert {node_of(e["node"]) for e in events if e["node"]} <= h100   # nothing on the A100 node
     finally:
         ray.shutdown()
         cluster.shutdown()
