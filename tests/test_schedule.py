@@ -208,3 +208,31 @@ def test_a_device_that_runs_a_timing_session_takes_no_second_one():
         assert schedule._pick(other, list(slots)) is expected
         build = Request("run", (), "b", 1.0)
         assert schedule._pick(build, list(slots)) is slots[0]   # builds are not timing sessions
+
+
+def test_the_pool_grows_by_the_room_that_joined_and_its_new_slots_get_work_once_up():
+    """grow() adds a slot per actor the cluster has room for beyond the pool's slots (a retired slot still
+    counts); a slot it adds is dispatchable once its actor answered, unlike the pool's first ones."""
+    from aitune_ray.cluster.pool import ActorPool, Slot
+
+    pool = ActorPool.__new__(ActorPool)   # its bookkeeping alone: no Ray
+    pool.closed, pool.num_gpus, pool.listeners, pool._later = False, 1.0, [], []
+    pool.lock = threading.RLock()
+    spawned = []
+    pool._spawn = lambda slot: spawned.append(slot) or setattr(slot, "generation", slot.generation + 1)
+    pool.slots = [Slot(0, actor=object(), generation=1, info={"node": "a"}), Slot(1, generation=2)]  # 1: retired
+    room = [2]
+    pool.sizer = lambda: room[0]
+    assert pool.grow() == 0 and len(pool.slots) == 2
+    room[0] = 4
+    assert pool.grow() == 2 and spawned == pool.slots[2:] and all(s.joined for s in spawned)
+    assert [s.index for s in pool.slots] == [0, 1, 2, 3]
+    assert pool.slots[0].dispatchable() and not spawned[0].dispatchable()   # not up yet: no work
+    spawned[0].info = {"node": "b"}
+    assert spawned[0].dispatchable()
+
+    def gone():
+        raise RuntimeError("no live node of that kind just now")
+
+    pool.sizer = gone
+    assert pool.grow() == 0 and len(pool.slots) == 4
