@@ -89,8 +89,10 @@ class TimingCalls:
                 data = self._run(request, f"eager baseline of {context.name}")
             status = "ok"
         finally:
-            if request.on_driver and request.state != "placeholder":   # a placeholder never was in the schedule:
-                self.schedule.release(request)                          # nothing waits here for Ray's start
+            if request.state == "placeholder":   # never in the schedule: nothing here waits for Ray's start
+                pass
+            elif request.on_driver:
+                self.schedule.release(request)
             elif request.state != "ended":
                 self.schedule.cancel([request], "the baseline was abandoned")
             self.emit(context, "done", task="baseline", status=status, where=where,
