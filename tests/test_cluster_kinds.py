@@ -86,12 +86,12 @@ def test_a_node_of_the_target_kind_that_joins_mid_job_gets_queued_work(tmp_path,
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     first = cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1})
     cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
-    joined, landed, events = [], threading.Event(), []
+    joined, landed, events = [], threading.Event(), []   # landed: the queued build started on another node
 
     def progress(event: dict) -> None:
         events.append(event)
-        if (event["event"] == "building" and event["backend"] == "FastBackend" and joined
-                and node_of(event["node"]) == joined[0].node_id[:8]):
+        if (event["event"] == "building" and event["backend"] == "FastBackend"
+                and node_of(event["node"]) != first.node_id[:8]):
             landed.set()
 
     try:
@@ -99,24 +99,24 @@ def test_a_node_of_the_target_kind_that_joins_mid_job_gets_queued_work(tmp_path,
         gate = start_gate("join")
         executor = ait.RayExecutor(gpu_kind="H100", task_timeout_s=120, remeasure_rounds=3, warm_up="off",
                                    log_dir=str(tmp_path / "logs"), progress=progress)
-
-        def join_then_release():
-            ray.get(gate.wait_arrived.remote())   # the one H100 actor holds the gated build
-            joined.append(cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1}))
-            landed.wait(120)                      # the queued build starts on the new node (or the test fails)
-            ray.get(gate.release.remote())
-
-        joiner = threading.Thread(target=join_then_release, daemon=True)
-        joiner.start()
         module = recorded("net", ait.MaxThroughputStrategy([
             GatedBackend(GateConfig(tag=1, gate="join", at="build")), FastBackend(HelperConfig(tag=2))],
             measure_config=MEASURE))
+        out: list = []
+        tuner = threading.Thread(target=lambda: out.append(module.tune(executor=executor)), daemon=True)
+        tuner.start()   # (a node is added from the main thread: Ray's Cluster starts its processes there)
         try:
-            report = module.tune(executor=executor)
+            ray.get(gate.wait_arrived.remote(), timeout=300)   # the one H100 actor holds the gated build
+            joined.append(cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1}))
+            landed.wait(120)                      # the queued build starts on the new node (or the test fails)
+        finally:
+            ray.get(gate.release.remote())
+            tuner.join(300)
+        try:
+            (report,) = out
             slots = len(executor.pool.slots)
         finally:
             executor.close()
-        joiner.join()
         assert landed.is_set() and slots == 2                     # the pool grew by the joined node's GPU
         by_tag = {r.spec["config"]["tag"]: r for r in report.results}
         assert all(r.ok for r in by_tag.values())
