@@ -266,15 +266,22 @@ def run_job(job, job_path: Path, view=None, folder=None) -> int:
 def run_jobs(jobs: list, job_path: Path, view=None, folders: list | None = None) -> int:
     """Run the models of a job file as one schedule: each model is built and records its data, then every
     wrapped module of every model is tuned at once on one executor; each model then gets its checkpoint and
-    report. Exit status: 0 when every model wrote a checkpoint that loads back, else 1."""
+    report. A job for several GPU kinds runs so once per kind, on an executor targeting that kind (its own
+    decisions, its own checkpoints). Exit status: 0 when every model wrote a checkpoint that loads back,
+    else 1."""
     import contextlib
 
     from aitune_ray.report import EventRecorder
 
     recorder = EventRecorder(view)
     folders = folders or [None] * len(jobs)
+    kinds: dict = {}   # a job of several GPU kinds (executor.gpu_kinds): one run per kind, one after another
+    for job, folder in zip(jobs, folders):
+        kinds.setdefault(job.executor.gpu_kind, []).append((job, folder))
     with view if view is not None else contextlib.nullcontext():
-        return _run_jobs(jobs, job_path, recorder, folders)
+        codes = [_run_jobs([j for j, _ in group], job_path, recorder, [f for _, f in group])
+                 for group in kinds.values()]
+    return EXIT_OK if all(code == EXIT_OK for code in codes) else EXIT_FAILED
 
 
 @dataclasses.dataclass

@@ -97,10 +97,11 @@ class ExecutorSpec:
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
     contain: bool = True                     # inline only: each build in a child process (false: in this one)
     gpu_kind: str | None = None              # tune for this GPU kind only (e.g. H100, or a custom resource label)
+    gpu_kinds: list[str] | None = None       # decide for each of these kinds: the job runs once per kind
 
     def ray_options(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("type", "address", "contain")}
+                if f.name not in ("type", "address", "contain", "gpu_kinds")}
 
 
 @dataclasses.dataclass
@@ -207,8 +208,28 @@ def load_jobs(path: str | Path) -> list[Job]:
     for job in jobs:
         if job.output is None:
             job.output = f"{path.stem}.{job.name}.ait" if several else f"{path.stem}.ait"
+    kinds = jobs[0].executor.gpu_kinds
+    if kinds:
+        jobs = [for_kind(job, kind) for kind in kinds for job in jobs]
     _check_outputs(jobs)
     return jobs
+
+
+def for_kind(job: Job, kind: str) -> Job:
+    """A copy of job that decides for the GPU kind: executor.gpu_kind set, the kind in its name (a model of
+    its own in the run) and in its checkpoint's and report's file names (out/bert.ait: out/bert.H100.ait)."""
+    import copy
+
+    out = copy.deepcopy(job)
+    out.executor.gpu_kind, out.executor.gpu_kinds = kind, None
+    out.name = f"{job.name}.{kind}" if job.name else kind
+    plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", kind)
+    for key in ("output", "report"):
+        value = getattr(job, key)
+        if value:
+            path = Path(value)
+            setattr(out, key, str(path.with_name(f"{path.stem}.{plain}{path.suffix}")))
+    return out
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -354,6 +375,17 @@ def _check_job(job: Job) -> None:
         raise ConfigError(f"executor.warm_up: expected one of {list(WARM_UP_MODES)}, got {job.executor.warm_up!r}")
     if job.executor.gpu_kind is not None and not job.executor.gpu_kind.strip():
         raise ConfigError("executor.gpu_kind: the kind is empty")
+    kinds = job.executor.gpu_kinds
+    if kinds is not None:
+        if job.executor.gpu_kind is not None:
+            raise ConfigError("executor.gpu_kinds: give gpu_kind (one kind) or gpu_kinds (several), not both")
+        if not kinds:
+            raise ConfigError("executor.gpu_kinds: the list is empty")
+        for index, kind in enumerate(kinds):
+            if not kind.strip():
+                raise ConfigError(f"executor.gpu_kinds[{index}]: the kind is empty")
+            if kinds.index(kind) != index:
+                raise ConfigError(f"executor.gpu_kinds[{index}]: {kind!r} is listed twice")
     for key in ("output", "report"):
         if getattr(job, key) == "":
             raise ConfigError(f"{key}: the path is empty")

@@ -9,7 +9,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import threading
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -29,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 # A "module" here is an aitune_ray.Module; this file does not import module.py, which imports it (Module.tune).
 
-_DRIVER_TIMING = threading.Lock()   # no two modules' timings on the driver's device at once
 
 
 def default_strategy(device: torch.device):
@@ -100,8 +98,7 @@ def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
             raise
         module.report = report
         module.gpu_kind = executor.gpu_kind or ""
-        with _DRIVER_TIMING:   # the post-deploy check times on the driver: one module at a time
-            deploy_checked(module, executor, context, report, strategy)
+        deploy_checked(module, executor, context, report, strategy)   # its timing: one module at a time
         executor.discard(context)
     finally:
         _release_workdir(context.workdir, [module.backend, module.report])

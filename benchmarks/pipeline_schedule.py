@@ -4,11 +4,20 @@ critical path; prints a table and writes JSON.
     python benchmarks/pipeline_schedule.py [--modules 1,3,6] [--builds 6,3,1.5] [--repeats 2] [--out FILE.json]
 
 A local Ray with 9 logical GPUs (one actor each, no CPU reserved), actors warm (a first tuning before any
-measured one). Each module has one candidate per --builds entry, whose build sleeps that long (a GPU compile
-mostly waits). The wall time of tune_modules() is measured per pipeline size (the median of --repeats), and
-compared with one module alone (the same run's 1-module wall) and with the critical path: the longest build
-plus one module's own work outside its builds (its 1-module wall less its longest build), which no schedule
-gets under. Goal (issue 39): 3 modules within 1.3x one module, 6 within 1.6x.
+measured one). The modules are tuned for those GPUs (device "cuda", as on a GPU cluster whose driver has
+none): each fake GPU is one device, so timing sessions (eager baselines, confirm sessions) of different
+modules run at once on different actors, never two on one GPU; the actors, which have no CUDA, time on the
+CPU in its place, and the driver, which has no GPU, skips the post-deploy check. (Tuned for the CPU, every
+timing session of the node would wait for the one CPU device, as it must on a real CPU.)
+
+Each module has one candidate per --builds entry, whose build sleeps that long (a GPU compile mostly waits)
+and whose build_cost hint is those seconds (three backends of known relative costs); restoring the chosen
+one on the driver loads it, without that wait (the three are equally fast: which one is chosen is chance).
+The wall time of tune_modules() is measured per pipeline size (the median of --repeats), and compared with
+one module alone (the same run's 1-module wall) and with the critical path: the longest build plus one
+module's own work outside its builds (its 1-module wall less its longest build), which no schedule gets
+under. Goal (issue 39): 3 modules within 1.3x one module, 6 within 1.6x. The JSON also keeps each run's
+timeline (every progress event, seconds from the tuning's start, with its actor's GPU).
 
 The JSON also holds every task's recorded time (module, task, seconds), which schedule_sim.py schedules on
 more GPUs than this machine has.
@@ -36,7 +45,7 @@ import torch  # noqa: E402
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.tuning import tune_modules  # noqa: E402
-from tests.ray_helpers import FastBackend, HelperConfig, SlowNet  # noqa: E402
+from tests.ray_helpers import HelperConfig, HintedBackend, SlowNet  # noqa: E402
 
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
 GPUS = 9
@@ -45,7 +54,7 @@ GPUS = 9
 def pipeline(count: int, builds: list[float], run: int) -> list[ait.Module]:
     modules = []
     for index in range(count):
-        backends = [FastBackend(HelperConfig(build_s=seconds, tag=1000 * run + 10 * index + j))
+        backends = [HintedBackend(HelperConfig(build_s=seconds, tag=1000 * run + 10 * index + j))
                     for j, seconds in enumerate(builds)]
         module = ait.Module(SlowNet(), name=f"m{index}", strategy=ait.MaxThroughputStrategy(
             backends, measure_config=MEASURE, deploy_check_rounds=5))
@@ -60,6 +69,12 @@ def tasks_of(events: list[dict]) -> list[dict]:
     """Each ended task's module, kind and seconds (from its "done" event)."""
     return [{"module": e["module"], "task": e["task"], "key": e["key"], "seconds": e["elapsed_s"],
              "status": e["status"]} for e in events if e["event"] == "done"]
+
+
+def timeline(events: list[dict], started: float) -> list[dict]:
+    """Every event of a tuning, seconds from its start: when each module's task began and ended, and where."""
+    return [{"t": round(e["time"] - started, 3), "module": e["module"], "task": e["task"], "event": e["event"],
+             "key": e["key"], "gpu": e["gpu"], "elapsed_s": e["elapsed_s"]} for e in events]
 
 
 def main() -> int:
@@ -79,20 +94,22 @@ def main() -> int:
                                progress=events.append)
     walls: dict[int, list[float]] = {n: [] for n in counts}
     recorded: dict[int, list[dict]] = {}
+    timelines: dict[int, list[dict]] = {}
     try:
         executor.open()
-        tune_modules(pipeline(1, [0.1], run=0), executor=executor)   # actors up and warm
+        tune_modules(pipeline(1, [0.1], run=0), device="cuda", executor=executor)   # actors up and warm
         run = 1
         for _ in range(args.repeats):
             for count in counts:
                 events.clear()
                 modules = pipeline(count, builds, run)
                 run += 1
-                started = time.perf_counter()
-                report = tune_modules(modules, executor=executor)
+                started, began = time.perf_counter(), time.time()
+                report = tune_modules(modules, device="cuda", executor=executor)
                 walls[count].append(time.perf_counter() - started)
                 assert not report.failures, report.failures
                 recorded[count] = tasks_of(events)
+                timelines[count] = timeline(events, began)
     finally:
         executor.close()
         ray.shutdown()
@@ -116,12 +133,13 @@ def main() -> int:
         print(f"| {r['modules']} | {r['builds']} | {r['wall_s']:.1f} ({', '.join(f'{w:.1f}' for w in r['walls_s'])}) | "
               f"{r['over_one_module']:.2f}x | {r['over_critical_path']:.2f}x | {goal} |")
     print(f"\nCritical path {critical:.1f} s: the longest build ({max(builds):g} s) plus one module's work outside "
-          f"its builds ({max(0.0, one - max(builds)):.1f} s: eager baseline, re-measure, decision, deploy check).")
+          f"its builds ({max(0.0, one - max(builds)):.1f} s: eager baseline, confirm session, decision).")
     out = {"script": "benchmarks/pipeline_schedule.py", "command": " ".join(sys.argv),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {GPUS} fake GPUs (CPU)",
            "builds_s": builds, "critical_path_s": round(critical, 2), "rows": rows,
-           "tasks": {str(n): t for n, t in recorded.items()}}
+           "tasks": {str(n): t for n, t in recorded.items()},
+           "timelines": {str(n): t for n, t in timelines.items()}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"\nwritten: {args.out}")

@@ -61,6 +61,21 @@ class FastBackend(Backend):
         return self._linear(x)
 
 
+class HintedBackend(FastBackend):
+    """FastBackend whose build_cost hint is its build_s: a backend whose cost follows its configuration. Its
+    build waits build_s; its restore (a JIT restore has no samples) does not: it loads what was compiled, as
+    an engine is loaded, not built again."""
+
+    def cost_hint(self) -> float:
+        return self.config.build_s or self.build_cost
+
+    def _build(self, module, samples, device, workdir):
+        if len(samples):
+            super()._build(module, samples, device, workdir)
+        else:
+            self._linear = module.linear
+
+
 @dataclasses.dataclass
 class HeldConfig(HelperConfig):
     """count_file: each build appends "tag held" to it: how many other builds this process held as it began."""

@@ -1,9 +1,12 @@
 """A cluster of several GPU kinds (ray.cluster_utils.Cluster, fake GPUs, each node labelled with its kind):
-a job that targets one kind runs only on nodes of that kind, and one whose kind is absent is refused."""
+a job that targets one kind runs only on nodes of that kind, and one whose kind is absent is refused; a node
+of that kind removed mid-job costs its in-flight task only, which runs again on another node of the kind; a
+node of that kind that joins mid-job gets the job's queued work."""
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from aitune_ray.cluster import kinds
 from aitune_ray.errors import ClusterError
 from aitune_ray.inspection import inspect_checkpoint, render
 from aitune_ray.measure.timing import MeasureConfig
+from tests.fault_helpers import GateConfig, GatedBackend, start_gate
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +66,115 @@ def test_work_lands_only_on_nodes_of_the_target_kind(tmp_path, monkeypatch):
         (entry,) = inspect_checkpoint(path)["modules"]
         assert entry["gpu_kind"] == "H100"                        # the kind this decision is for
         assert "tuned on cpu (H100)" in render(inspect_checkpoint(path))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def node_of(where: str) -> str:
+    """The short node id in a result's or an event's node ("host (address, node 1a2b3c4d)")."""
+    return where.rpartition("node ")[2].rstrip(")")
+
+
+@pytest.mark.slow
+def test_a_node_of_the_target_kind_that_joins_mid_job_gets_queued_work(tmp_path, monkeypatch):
+    """One H100 node (and an A100 one): its one actor holds a gated build while another waits in the queue.
+    An H100 node joins: the pool grows onto it and the waiting build runs there before the gate opens."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("PYTHONPATH", WORKER_PATH)   # the raylets' workers import this checkout
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    first = cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1})
+    cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:A100": 1})
+    joined, landed, events = [], threading.Event(), []   # landed: the queued build started on another node
+
+    def progress(event: dict) -> None:
+        events.append(event)
+        if (event["event"] == "building" and event["backend"] == "FastBackend"
+                and node_of(event["node"]) != first.node_id[:8]):
+            landed.set()
+
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        gate = start_gate("join")
+        executor = ait.RayExecutor(gpu_kind="H100", task_timeout_s=120, remeasure_rounds=3, warm_up="off",
+                                   log_dir=str(tmp_path / "logs"), progress=progress)
+        module = recorded("net", ait.MaxThroughputStrategy([
+            GatedBackend(GateConfig(tag=1, gate="join", at="build")), FastBackend(HelperConfig(tag=2))],
+            measure_config=MEASURE))
+        out: list = []
+        tuner = threading.Thread(target=lambda: out.append(module.tune(executor=executor)), daemon=True)
+        tuner.start()   # (a node is added from the main thread: Ray's Cluster starts its processes there)
+        try:
+            ray.get(gate.wait_arrived.remote(), timeout=300)   # the one H100 actor holds the gated build
+            joined.append(cluster.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1}))
+            landed.wait(120)                      # the queued build starts on the new node (or the test fails)
+        finally:
+            ray.get(gate.release.remote())
+            tuner.join(300)
+        try:
+            (report,) = out
+            slots = len(executor.pool.slots)
+        finally:
+            executor.close()
+        assert landed.is_set() and slots == 2                     # the pool grew by the joined node's GPU
+        by_tag = {r.spec["config"]["tag"]: r for r in report.results}
+        assert all(r.ok for r in by_tag.values())
+        assert node_of(by_tag[2].node) == joined[0].node_id[:8]
+        assert node_of(by_tag[1].node) == first.node_id[:8]
+        h100 = {first.node_id[:8], joined[0].node_id[:8]}
+        assert {node_of(e["node"]) for e in events if e["node"]} <= h100   # nothing on the A100 node
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_a_node_of_the_target_kind_removed_mid_job_costs_its_task_which_runs_again_on_that_kind_only(
+        tmp_path, monkeypatch):
+    """H100, A100 and H100 nodes, a job for H100: the node of the gated build leaves as that build runs; the
+    build runs again on the other H100 node (never the A100 one), nothing else runs twice, and the lost
+    attempt's actor log is kept."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("PYTHONPATH", WORKER_PATH)   # the raylets' workers import this checkout
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    labels = ["H100", "A100", "H100"]
+    nodes = [cluster.add_node(num_cpus=1, num_gpus=1, resources={f"accelerator_type:{kind}": 1}) for kind in labels]
+    h100 = {n.node_id[:8] for n, kind in zip(nodes, labels) if kind == "H100"}
+    events: list[dict] = []
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        gate = start_gate("kind-loss")
+        executor = ait.RayExecutor(gpu_kind="H100", task_timeout_s=120, remeasure_rounds=3, warm_up="off",
+                                   log_dir=str(tmp_path / "logs"), progress=events.append)
+        removed = []
+
+        def remove_the_node():
+            _, node_id = ray.get(gate.wait_arrived.remote())
+            removed.append(node_id[:8])
+            cluster.remove_node(next(n for n in nodes if n.node_id == node_id))
+            ray.get(gate.release.remote())
+
+        remover = threading.Thread(target=remove_the_node, daemon=True)
+        remover.start()
+        module = recorded("net", ait.MaxThroughputStrategy([
+            GatedBackend(GateConfig(tag=1, gate="kind-loss", at="build")), FastBackend(HelperConfig(tag=2)),
+            FastBackend(HelperConfig(tag=3))], measure_config=MEASURE))
+        try:
+            report = module.tune(executor=executor)
+        finally:
+            executor.close()
+        remover.join()
+        by_tag = {r.spec["config"]["tag"]: r for r in report.results}
+        assert all(r.ok for r in by_tag.values()), [(r.backend, r.status, r.error) for r in report.results]
+        assert removed[0] in h100 and node_of(by_tag[1].node) == (h100 - set(removed)).pop()
+        assert ray.get(gate.builds.remote()) == [1, 1]            # the lost build twice; nothing else again
+        requeued = [e for e in events if e["event"] == "queued" and e.get("lost_log")]
+        assert [e["backend"] for e in requeued] == ["GatedBackend"] and Path(requeued[0]["lost_log"]).is_file()
+        assert {node_of(e["node"]) for e in events if e["node"]} <= h100   # nothing on the A100 node
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -116,6 +116,55 @@ def test_models_share_the_executor_and_default_their_outputs_to_their_names(tmp_
     assert all(j.executor.gpu_kind == "H100" and j.executor.max_actors == 4 and j.device == "cpu" for j in jobs)
 
 
+def test_a_job_for_several_gpu_kinds_is_one_job_per_kind_with_the_kind_in_its_names(tmp_path):
+    data = two_models(tmp_path, {"type": "ray", "gpu_kinds": ["H100", "A100"]})
+    jobs = load_jobs(write(tmp_path / "pair.yaml", data))
+    assert [(j.name, j.executor.gpu_kind, Path(j.output).name, Path(j.report).name) for j in jobs] == [
+        ("small.H100", "H100", "small.H100.ait", "small.H100.md"), ("large.H100", "H100", "large.H100.ait",
+                                                                    "large.H100.md"),
+        ("small.A100", "A100", "small.A100.ait", "small.A100.md"), ("large.A100", "A100", "large.A100.ait",
+                                                                    "large.A100.md")]
+    assert all(j.executor.gpu_kinds is None for j in jobs)
+    for executor, message in (({"gpu_kind": "H100", "gpu_kinds": ["A100"]}, "not both"),
+                              ({"gpu_kinds": ["H100", "H100"]}, r"gpu_kinds\[1\]: 'H100' is listed twice"),
+                              ({"gpu_kinds": []}, "the list is empty")):
+        with pytest.raises(ConfigError, match=message):
+            load_jobs(write(tmp_path / "bad.yaml", two_models(tmp_path, {"type": "ray", **executor})))
+
+
+def test_each_gpu_kind_gets_its_own_decision_and_checkpoint_recording_that_kind(tmp_path, capsys):
+    """One model for two kinds (custom labels of this test's one node, whose 2 fake GPUs both carry them): two
+    runs, each on a pool of its kind, each writing its own checkpoint, which records that kind and loads."""
+    import ray
+
+    from aitune_ray.inspection import inspect_checkpoint
+
+    entry = mlp_entry(tmp_path, "small", 2)
+    del entry["name"]
+    job = {**entry, "device": "cpu", "executor": {"type": "ray", "gpu_kinds": ["H100", "A100"], "max_actors": 1,
+                                                  "cpus_per_actor": 0, "warm_up": "off", "task_timeout_s": 600}}
+    ray.init(address="local", num_cpus=2, num_gpus=2, resources={"H100": 1, "A100": 1}, include_dashboard=False,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    try:
+        code = main(["tune", str(write(tmp_path / "job.yaml", job))])
+    finally:
+        ray.shutdown()
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    from examples.mlp.model import make_data, make_model
+
+    for kind in ("H100", "A100"):
+        path = tmp_path / f"small.{kind}.ait"
+        (module,) = inspect_checkpoint(path)["modules"]
+        assert module["gpu_kind"] == kind
+        loaded = ait.load(ait.Module(make_model(blocks=2, width=16), name="mlp"), path)
+        x = make_data(batch_sizes=[4], per_batch_size=1, width=16)[0]
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x), make_model(blocks=2, width=16)(x))
+        run = json.loads((tmp_path / f"small.{kind}.json").read_text())
+        assert run["checkpoint_check"]["passed"]
+
+
 def gated_entry(tmp_path: Path, name: str, tags: tuple[int, int]) -> dict:
     return {"name": name, "model": "tests.resume_job:make_model", "data": "tests.resume_job:make_data",
             "modules": [{"path": "", "name": "net"}],

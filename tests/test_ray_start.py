@@ -121,8 +121,6 @@ def test_tune_records_before_ray_is_up(held_init):
     assert report.modules[0].results[0].ok and not ray.is_initialized()
 
 
-@pytest.mark.xfail(reason="the job-level schedule and the confirm session wait for Ray's start before eager's "
-                          "first timing on the driver; to be reconciled (known, open)", strict=False)
 def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, monkeypatch):
     """On one local GPU (RayExecutor._driver_times, which needs CUDA: granted here) MaxThroughput's eager
     baseline is timed on the driver without waiting for Ray: here Ray cannot finish starting until that

@@ -16,7 +16,7 @@ from aitune_ray.cluster.costs import Costs  # noqa: E402
 from aitune_ray.module import ModuleState  # noqa: E402
 from aitune_ray.results import ERROR  # noqa: E402
 from aitune_ray.tuning import tune_modules  # noqa: E402
-from tests.ray_helpers import FastBackend, HelperConfig, RaisingBackend, SlowNet  # noqa: E402
+from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, SlowNet  # noqa: E402
 from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
 from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402
 
@@ -131,6 +131,17 @@ def test_costs_start_as_hints_and_turn_into_this_job_s_seconds():
     assert costs.estimate("c", {"type": "no.such:Backend", "config": {}}) == pytest.approx(5.0)   # the job's mean
 
 
+def test_a_class_measured_elsewhere_keeps_the_spread_of_its_hints():
+    """A backend whose hint follows its configuration: in a module with nothing measured yet, a long build of
+    that class stays costlier than a short one (seconds per hint unit of the class, not its mean seconds)."""
+    long, short = (HintedBackend(HelperConfig(build_s=s)).spec() for s in (6.0, 1.5))
+    costs = Costs()
+    costs.measured("a", long, 12.0)
+    costs.measured("a", short, 3.0)
+    assert costs.estimate("b", long) == pytest.approx(12.0)
+    assert costs.estimate("b", short) == pytest.approx(3.0)
+
+
 def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_module_in_its_own_order():
     from aitune_ray.cluster.schedule import Request, in_order
 
@@ -197,3 +208,31 @@ def test_a_device_that_runs_a_timing_session_takes_no_second_one():
         assert schedule._pick(other, list(slots)) is expected
         build = Request("run", (), "b", 1.0)
         assert schedule._pick(build, list(slots)) is slots[0]   # builds are not timing sessions
+
+
+def test_the_pool_grows_by_the_room_that_joined_and_its_new_slots_get_work_once_up():
+    """grow() adds a slot per actor the cluster has room for beyond the pool's slots (a retired slot still
+    counts); a slot it adds is dispatchable once its actor answered, unlike the pool's first ones."""
+    from aitune_ray.cluster.pool import ActorPool, Slot
+
+    pool = ActorPool.__new__(ActorPool)   # its bookkeeping alone: no Ray
+    pool.closed, pool.num_gpus, pool.listeners, pool._later = False, 1.0, [], []
+    pool.lock = threading.RLock()
+    spawned = []
+    pool._spawn = lambda slot: spawned.append(slot) or setattr(slot, "generation", slot.generation + 1)
+    pool.slots = [Slot(0, actor=object(), generation=1, info={"node": "a"}), Slot(1, generation=2)]  # 1: retired
+    room = [2]
+    pool.sizer = lambda: room[0]
+    assert pool.grow() == 0 and len(pool.slots) == 2
+    room[0] = 4
+    assert pool.grow() == 2 and spawned == pool.slots[2:] and all(s.joined for s in spawned)
+    assert [s.index for s in pool.slots] == [0, 1, 2, 3]
+    assert pool.slots[0].dispatchable() and not spawned[0].dispatchable()   # not up yet: no work
+    spawned[0].info = {"node": "b"}
+    assert spawned[0].dispatchable()
+
+    def gone():
+        raise RuntimeError("no live node of that kind just now")
+
+    pool.sizer = gone
+    assert pool.grow() == 0 and len(pool.slots) == 4

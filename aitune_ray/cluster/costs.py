@@ -2,9 +2,10 @@
 build times this job has measured so far (plain Python, no Ray).
 
 Before anything is measured every estimate is a hint (relative units). Once builds end, estimates are in
-seconds: a backend class measured in this job costs what it cost on average, scaled by how this module's own
-builds compared with their hints (a larger module builds slower); one never measured costs its hint times the
-job's seconds per hint unit.
+seconds: a build costs its hint times this module's seconds per hint unit (a larger module builds slower);
+in a module with nothing measured yet, its hint times its backend class's seconds per hint unit in this job
+(a backend whose hint follows its configuration, such as an optimization level, keeps the spread of its
+hints); else its hint times the job's seconds per hint unit.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def hint_of(spec: dict) -> float:
 class Costs:
     def __init__(self):
         self._lock = threading.Lock()
-        self._by_class: dict[str, list[float]] = collections.defaultdict(list)    # backend type -> seconds
+        self._by_class: dict[str, list[float]] = collections.defaultdict(list)    # backend type -> s per hint unit
         self._ratio_by_module: dict[str, list[float]] = collections.defaultdict(list)   # seconds per hint unit
         self._ratios: list[float] = []
 
@@ -37,7 +38,7 @@ class Costs:
             return
         ratio = seconds / hint_of(spec)
         with self._lock:
-            self._by_class[spec.get("type", "")].append(seconds)
+            self._by_class[spec.get("type", "")].append(ratio)
             self._ratio_by_module[module].append(ratio)
             self._ratios.append(ratio)
 
@@ -51,7 +52,7 @@ class Costs:
             if mine:
                 return hint * _mean(mine)
             if same:
-                return _mean(same)
+                return hint * _mean(same)
             return hint * _mean(self._ratios)
 
 

@@ -1,4 +1,4 @@
-"""ActorPool: a fixed number of slots, each holding one TunerActor pinned to its GPU (or CPU share).
+"""ActorPool: slots, each holding one TunerActor pinned to its GPU (or CPU share).
 
 A slot whose actor died or was killed gets a fresh actor on the same resources. Replacements after a
 failure (crash, timeout, out of memory) are limited per slot by max_restarts; a slot that used them up
@@ -6,6 +6,12 @@ is retired. Kills that only stop unwanted work (cancel) do not count.
 
 Actors that share GPUs start in two waves, one per GPU first and the others once those have answered (or
 after LATER_AFTER_S): aitune_ray.cluster.layout.start_shares says why and how.
+
+The pool grows while a job runs: grow() (the schedule's loop calls it now and then) adds a slot for each
+actor the cluster now has room for beyond the pool's slots (sizer: nodes of the job's GPU kind that joined).
+It never shrinks: a slot whose node left gets its replacement wherever Ray finds room, a joining node
+included. A slot gets work once its actor has started (dispatchable), except the pool's first actors, which
+Ray starts where it counted their room.
 
 Several driver threads may share the pool (a batch's builds and the kernel forge's tasks): acquire()
 hands out idle slots under a lock, and work that registered demand (the forge, whose plan a composite
@@ -19,7 +25,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -43,6 +49,7 @@ class Slot:
     info: dict | None = None          # identity once the actor answered
     busy: bool = False
     owner: Any = None                 # the task its actor runs (or last ran, while the slot is kept for it)
+    joined: bool = False              # added by grow(), for room that came after the pool was made
 
     @property
     def alive(self) -> bool:
@@ -63,6 +70,12 @@ class Slot:
             return False
         return True
 
+    def dispatchable(self) -> bool:
+        """Whether work may go to this slot now: its actor has started, or it is one of the pool's first (a call
+        queued there runs once it is up). A replacement, or a slot added for a node that joined, gets work once
+        up: on a cluster that lost a node it may never start."""
+        return self.ready() or (self.generation == 1 and not self.joined)
+
     def identity(self) -> dict:
         self.ready()
         return self.info or {"node": "", "gpu": "", "log_path": self.log_path}
@@ -73,6 +86,8 @@ class ActorPool:
                  limit_bytes: int, artifact_dir: str | None, warm_up: str = "compile", turns: bool = False,
                  resources: dict[str, float] | None = None):
         self.num_cpus = num_cpus   # the GPU share is each slot's (Slot.num_gpus, from start_shares)
+        self.num_gpus = num_gpus   # a slot added by grow() asks for this
+        self.sizer: Callable[[], int] | None = None   # how many actors the cluster has room for now
         self.warm_up = warm_up
         self.turns = turns         # the actors take turns at their GPU even with all of it (the driver uses it)
         self.resources = resources or {}   # custom resources each actor asks for (a GPU kind's, see cluster.kinds)
@@ -106,6 +121,28 @@ class ActorPool:
                 logger.info("starting %d more tuner actor(s), %.1f s after the first", len(later), waited)
                 for slot in later:
                     self._spawn(slot)
+
+    def grow(self) -> int:
+        """Add and start a slot for each actor the cluster has room for beyond the pool's slots (sizer()); the
+        number added. Retired slots still count: growth never undoes a retirement."""
+        if self.sizer is None or self.closed:
+            return 0
+        try:
+            target = self.sizer()
+        except Exception as exc:  # noqa: BLE001 - no node of the kind just now, or Ray going down: look later
+            logger.debug("the cluster's room for actors is not known now: %s", exc)
+            return 0
+        with self.lock:
+            if self.closed or target <= len(self.slots):
+                return 0
+            added = [Slot(len(self.slots) + i, num_gpus=self.num_gpus, joined=True)
+                     for i in range(target - len(self.slots))]
+            self.slots = self.slots + added   # a new list: threads iterating the old one see it whole
+            for slot in added:
+                self._spawn(slot)
+        logger.info("the cluster has room for %d more tuner actor(s) (nodes joined): starting them", len(added))
+        self.changed()
+        return len(added)
 
     def _spawn(self, slot: Slot) -> None:
         slot.generation += 1
@@ -145,8 +182,7 @@ class ActorPool:
         with self.lock:
             if not urgent and any(self.demand.values()):
                 return None
-            # A replacement gets work once it is up: on a cluster that lost a node it may never start.
-            idle = [s for s in self.idle() if s.generation == 1 or s.ready()]
+            idle = [s for s in self.idle() if s.dispatchable()]
             if prefer is not None:
                 matching = [s for s in self.alive() if (s.identity().get("node"), s.identity().get("gpu")) == prefer]
                 if matching:

@@ -11,7 +11,8 @@ first (costs.Costs), each module's own builds in the order its strategy gave. A 
 actor, and never beside another timing call on the same device: a GPU (actors sharing one also take turns
 at it, aitune_ray.measure.turns), or a node's CPUs for a module tuned for the CPU. A task whose node left
 the cluster is queued again, up to NODE_LOSS_RETRIES times; the actor log of the lost attempt stays where
-it was written.
+it was written. Every GROW_EVERY_S the loop asks the pool to grow onto nodes that joined (of the job's GPU
+kind): their actors take queued work once they are up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 import ray
@@ -34,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 NODE_LOSS_RETRIES = 3   # a task is queued again at most this often after its node was lost
 IDLE_WAKE_S = 5.0       # the loop also looks again this often (a second wave of actors, see ActorPool)
+GROW_EVERY_S = 5.0      # and this often whether nodes joined that the pool can grow onto (ActorPool.grow)
 
 
 @dataclasses.dataclass(eq=False)
@@ -115,6 +118,7 @@ class Schedule:
         self._kept: set[Request] = set()   # ended keep_slot requests whose owner has not taken the result yet
         self.lost = 0                # tasks queued again because their node left (their logs are kept)
         self._timing_on: dict[tuple, Request] = {}   # device -> the timing session running there
+        self._grown_at = time.monotonic()            # when the loop last asked the pool to grow
         here = ray.get_runtime_context().get_node_id()
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=True)
         self._bell_class = ray.remote(Bell).options(num_cpus=0, scheduling_strategy=strategy)
@@ -239,6 +243,9 @@ class Schedule:
     # ----- the loop -------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            if time.monotonic() - self._grown_at >= GROW_EVERY_S:
+                self._grown_at = time.monotonic()
+                self.pool.grow()   # outside the lock: it asks Ray for the cluster's nodes
             with self._lock:
                 if self._closed:
                     return
@@ -285,7 +292,7 @@ class Schedule:
         if not self._queue:
             return
         forge = any(self.pool.demand.values())   # the kernel forge's tasks go before builds, not timing calls
-        idle = [s for s in self.pool.idle() if s.generation == 1 or s.ready()]
+        idle = [s for s in self.pool.idle() if s.dispatchable()]
         waiting = [r for r in self._queue if (r.hold is None or r.hold()) and (r.timing or not forge)]
         while idle and waiting:
             placed = False

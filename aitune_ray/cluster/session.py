@@ -192,6 +192,8 @@ class RaySession:
                                max_restarts=self.max_actor_restarts, log_dir=log_dir,
                                limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
                                warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
+        if not self._local:   # a cluster's nodes may join while the job runs: the pool grows onto them
+            self._pool.sizer = self._room
         self._schedule = Schedule(self._pool)
         self.open_s = time.perf_counter() - started
         logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
@@ -224,6 +226,11 @@ class RaySession:
                 logger.info("one tuner actor per GPU: %s", why)
             self._layout_open = False
 
+    def _room(self) -> int:
+        """How many actors the cluster has room for now (its live nodes of the job's GPU kind)."""
+        _, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
+        return self._pool_shape(gpus, cpus, quiet=True)[0]
+
     def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
         """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
         if gpus > 0 and self.gpus_per_actor > 0:
@@ -235,8 +242,9 @@ class RaySession:
                 logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
         if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
             fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
-            logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
-                           self.cpus_per_actor, cpus, fit)
+            if not quiet:
+                logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
+                               self.cpus_per_actor, cpus, fit)
             size = fit
         if size < 1:
             raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")

@@ -89,7 +89,9 @@ class TimingCalls:
                 data = self._run(request, f"eager baseline of {context.name}")
             status = "ok"
         finally:
-            if request.on_driver:
+            if request.state == "placeholder":   # never in the schedule: nothing here waits for Ray's start
+                pass
+            elif request.on_driver:
                 self.schedule.release(request)
             elif request.state != "ended":
                 self.schedule.cancel([request], "the baseline was abandoned")

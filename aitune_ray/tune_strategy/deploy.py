@@ -4,12 +4,15 @@ deploy() turns the chosen result into a live backend on the driver (a batch-size
 members). deploy_checked() deploys the choice and then times the user's wrapped Module against eager in paired
 shuffled rounds, as a user would call it, for the report: information only. The decision was the confirm
 session's (aitune_ray.decision), which timed the finalists as deployed; a later timing is another moment, and
-deciding again on it would be deciding on numbers from different moments.
+deciding again on it would be deciding on numbers from different moments. Modules tuned at once deploy at
+once (a restore may take long: an engine to load); only their post-deploy timings, on this driver's one
+device, take turns (DRIVER_TIMING).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
 
@@ -24,6 +27,7 @@ from aitune_ray.results import BuildResult
 logger = logging.getLogger(__name__)
 
 DISPATCH = BatchDispatchBackend.__name__
+DRIVER_TIMING = threading.Lock()   # no two modules' post-deploy timings on the driver's device at once
 
 
 def is_dispatch(result: BuildResult) -> bool:
@@ -41,13 +45,13 @@ def deploy(executor, context, report, result: BuildResult) -> Backend:
     return BatchDispatchBackend.assemble(context.module, members, config.routes, device)
 
 
-def skip_reason(backend: Backend | None) -> str:
-    """Why the deployed module cannot be timed here ("" when it can)."""
+def skip_reason(backend: Backend | None, device: torch.device | None = None) -> str:
+    """Why the deployed module cannot be timed here, on device, the one it was tuned for ("" when it can)."""
     if backend is None:
         return "eager kept"
-    device = backend.device
+    devices = [d for d in (backend.device, device) if d is not None]
     if getattr(backend, "result_key", None) is not None or (
-            device is not None and device.type == "cuda" and not torch.cuda.is_available()):
+            any(torch.device(d).type == "cuda" for d in devices) and not torch.cuda.is_available()):
         return ("skipped: this driver has no GPU to run the deployed module on; the checkpoint is checked "
                 "where it is loaded")
     return ""
@@ -74,14 +78,16 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
     module.use_backend(backend)
     rounds = getattr(strategy, "deploy_check_rounds", 0)
     why = ("skipped: deploy_check_rounds is 0" if rounds <= 0 else
-           "skipped: performance validation off" if not strategy.performance_validation else skip_reason(backend))
+           "skipped: performance validation off" if not strategy.performance_validation else
+           skip_reason(backend, context.device))
     entry = {"key": result.key, "backend": result.backend}
     if why:
         report.deploy_checks.append({**entry, "verdict": why})
         return
     try:
-        timed = time_deployed(module, context.module, context.samples, context.device, rounds, strategy,
-                              context.measure)
+        with DRIVER_TIMING:
+            timed = time_deployed(module, context.module, context.samples, context.device, rounds, strategy,
+                                  context.measure)
     except Exception as exc:  # information only: the deployment stands
         logger.warning("[%s] the post-deploy timing failed: %s: %s", context.name, type(exc).__name__, exc)
         report.deploy_checks.append({**entry, "verdict": f"timing failed: {type(exc).__name__}: {exc}"})
