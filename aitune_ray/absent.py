@@ -12,17 +12,12 @@ from aitune_ray.errors import ConfigError
 
 AHEAD_OF_TIME = ("tuning here is ahead of time: wrap the modules with aitune_ray.Module(...), call "
                  "aitune_ray.tune(func, dataset) on real inputs, then aitune_ray.save / aitune_ray.load")
-WRAP_YOURSELF = ("wrap each submodule to tune in aitune_ray.Module(...) (e.g. pipe.unet = "
-                 "aitune_ray.Module(pipe.unet, name='unet')), or list them in a job file's modules[] for the "
-                 "aitune-ray command")
 REPORT = ("tune() returns a TuningReport: every candidate's timings at every recorded batch size, its "
           "correctness error and the decision (report.markdown(), report.to_dict())")
 NO_CONFIG = ("there is no global configuration: options are arguments of the strategies, the backend configs, "
              "tune() and the executor; nothing is cached between runs")
 
 INSTEAD = {
-    "inspect": WRAP_YOURSELF,
-    "wrap": WRAP_YOURSELF,
     "profile": REPORT,
     "PerformanceProfile": REPORT,
     "snapshot_tuning_data": REPORT,
@@ -72,8 +67,6 @@ class _NoConfig:
         return f"<AITune's {self._name}: not available in aitune_ray>"
 
 
-inspect = _function("inspect")
-wrap = _function("wrap")
 profile = _function("profile")
 snapshot_tuning_data = _function("snapshot_tuning_data")
 patch_for_jit_tuning = _function("patch_for_jit_tuning")

@@ -161,3 +161,15 @@ def batches(dataset: Any, batch_sizes: Iterable[int] | None = None,
         for batch in itertools.islice(loader, max_num_batches_per_batch_size):
             args, kwargs = _split(batch)
             yield size, args, kwargs
+
+
+def cycled(dataset: Any, count: int) -> DataLoaderFactory:
+    """dataset as a DataLoaderFactory of exactly count samples: its items in order, from the start again
+    when it has fewer (AITune's ensure_enough_samples). A DataLoaderFactory keeps its collate_fn and workers."""
+    if not isinstance(count, int) or count < 1:
+        raise DatasetError(f"the number of samples must be a positive integer, got {count!r}")
+    factory = as_factory(dataset)
+    items = factory.dataset
+    if len(items) == 0:
+        raise DatasetError("the dataset is empty: give at least one item")
+    return DataLoaderFactory([items[i % len(items)] for i in range(count)], factory.collate_fn, factory.num_workers)

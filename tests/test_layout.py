@@ -110,7 +110,8 @@ LAYERS = (
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
     ("executors", ("inline", "build_process", "executor_choice", "run_dir", "cluster", "doctor", "actors")),
     # tune(), the Module, and the checkpoint that saves and loads a Module
-    ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspection", "absent", "jit")),
+    ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspection", "inspecting", "absent",
+             "jit")),
     ("job and command", ("job", "progress", "cli", "__main__", "testing", "")),   # "": the package aitune_ray
 )
 
