@@ -14,7 +14,7 @@ from typing import TextIO
 import ray
 import torch
 
-from aitune_ray.warm_up import WarmUp
+from aitune_ray.runtime.warm_up import WarmUp
 
 
 def open_log(log_path: str) -> TextIO:
@@ -78,7 +78,7 @@ def compile_share(node_id: str, gpu_share: float = 1.0) -> int:
 
 
 def start_warm_up(node_id: str, mode: str, gpu_share: float = 1.0) -> WarmUp | None:
-    """A GPU actor's warm-up (aitune_ray.warm_up), started on a thread of its own with the actor's share of
+    """A GPU actor's warm-up (aitune_ray.runtime.warm_up), started on a thread of its own with the actor's share of
     the node's CPUs for its compile workers; None on an actor without CUDA."""
     if not torch.cuda.is_available():
         return None

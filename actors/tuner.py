@@ -1,4 +1,4 @@
-"""TunerActor: one per GPU, a thin Ray shell around the worker core (aitune_ray.worker.Worker): its own
+"""TunerActor: one per GPU, a thin Ray shell around the worker core (aitune_ray.worker.core.Worker): its own
 log file and faulthandler, its identity (node, GPU) and readable name, the warm-up, object references
 fetched once each, large artifacts put in the object store (actors.setup has the process set-up).
 aitune_ray.cluster.pool makes it an actor pinned to its resources.
@@ -21,10 +21,10 @@ import ray
 import torch
 
 from actors.setup import describe, open_log, process_started_at, start_warm_up
-from aitune_ray.failures import pack_exception
+from aitune_ray.records.failures import pack_exception
 from aitune_ray.measure.turns import shares_gpu
-from aitune_ray.results import CandidateJob
-from aitune_ray.worker import Worker, device_for
+from aitune_ray.records.results import CandidateJob
+from aitune_ray.worker.core import Worker, device_for
 
 logger = logging.getLogger(__name__)
 IMPORTED_AT = time.time()   # and ended (torch and the worker core imported)
@@ -40,7 +40,7 @@ def _token(box: list) -> tuple:
 
 class TunerActor:
     """slot: this actor's place in the pool. log_path: this actor's own log file (on its node).
-    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.artifacts). gpu_share: the GPUs
+    limit_bytes / artifact_dir: how artifacts travel back (see aitune_ray.records.artifacts). gpu_share: the GPUs
     it holds (below 1: it shares its GPU with other actors, and takes turns at it; turns: with the driver)."""
 
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None,

@@ -4,16 +4,16 @@ Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
 from aitune_ray import backend, tune_strategy
-from aitune_ray.absent import (PatchedModule, PerformanceProfile, aitune_cache_dir, config, jit_config,
+from aitune_ray.api.absent import (PatchedModule, PerformanceProfile, aitune_cache_dir, config, jit_config,
                                patch_for_jit_tuning, profile, snapshot_tuning_data)
 from aitune_ray.checkpoint.storage import LocalTorchStorage
-from aitune_ray.dataloader import DataLoaderFactory
-from aitune_ray.dynamic_shapes import BatchDim, DynamicDim
+from aitune_ray.model.dataloader import DataLoaderFactory
+from aitune_ray.model.dynamic_shapes import BatchDim, DynamicDim
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
-from aitune_ray.inline import InlineExecutor
+from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.inspecting import inspect, wrap
 from aitune_ray.errors import AITuneRayError
-from aitune_ray.module import Module, ModuleState
+from aitune_ray.api.module import Module, ModuleState
 from aitune_ray.tune_strategy import (
     FirstWinsStrategy,
     LatencyBudgetStrategy,
@@ -25,7 +25,7 @@ from aitune_ray.tune_strategy import (
     TuningReport,
 )
 from aitune_ray.checkpoint import load, save
-from aitune_ray.tuning import tune
+from aitune_ray.api.tuning import tune
 
 from aitune_ray.version import __version__
 

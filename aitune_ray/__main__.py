@@ -2,6 +2,6 @@
 
 import sys
 
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 
 sys.exit(main())

@@ -51,7 +51,7 @@ from aitune_ray.backend import (  # noqa: E402
 from aitune_ray.backend.backend import Backend  # noqa: E402
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.samples import SampleStore, map_structure  # noqa: E402
+from aitune_ray.model.samples import SampleStore, map_structure  # noqa: E402
 from results_table import publish  # noqa: E402
 
 MODELS = ["mlp", "encoder", "bert", "pipeline"]
@@ -126,7 +126,7 @@ def make_model(name: str, device: torch.device, dtype: torch.dtype):
 
 def recorded_encoder(device: torch.device):
     """(model, samples): the encoder (make_model's) with its calls recorded, as a tuner's driver has them."""
-    from aitune_ray.recording import recording_session
+    from aitune_ray.model.recording import recording_session
 
     model, data = make_model("encoder", device, torch.float16 if device.type == "cuda" else torch.float32)
     wrapped = ait.Module(model, "encoder")

@@ -23,7 +23,7 @@ for part in $parts; do
   case $part in
     bytecode)   # first, where the image ships no bytecode caches: without them every new process, each Ray
       # actor included, compiles torch and Inductor from source (docs/measurement.md)
-      python -m compileall -q -j 0 $(python -c "import aitune_ray.bytecode as b; print(' '.join(b.folders(['torch', 'ray', 'sympy', 'torchao', 'aitune_ray'])))") .
+      python -m compileall -q -j 0 $(python -c "import aitune_ray.runtime.bytecode as b; print(' '.join(b.folders(['torch', 'ray', 'sympy', 'torchao', 'aitune_ray'])))") .
       echo "bytecode caches written" ;;
     tests)
       timeout 480 python -m pytest tests -m gpu -v -rsx -p no:cacheprovider -o log_level=WARNING \

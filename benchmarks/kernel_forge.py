@@ -42,7 +42,7 @@ from aitune_ray.backend import (KernelSelectorBackend, KernelSelectorBackendConf
 from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSample,  # noqa: E402
                                      SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_original,
                                      benchmark_provider)
-from aitune_ray.imports import short_name  # noqa: E402
+from aitune_ray.records.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig, measure_interleaved  # noqa: E402
 from results_table import publish  # noqa: E402
 

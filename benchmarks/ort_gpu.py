@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.measure.correctness import compare_outputs  # noqa: E402
-from aitune_ray.samples import Sample, SampleStore, batch_size_of  # noqa: E402
+from aitune_ray.model.samples import Sample, SampleStore, batch_size_of  # noqa: E402
 from examples.bert.model import make_data as bert_data  # noqa: E402
 from examples.bert.model import make_model as bert_model  # noqa: E402
 from results_table import record_of  # noqa: E402

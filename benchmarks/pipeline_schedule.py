@@ -44,7 +44,7 @@ import torch  # noqa: E402
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.tuning import tune_modules  # noqa: E402
+from aitune_ray.api.tuning import tune_modules  # noqa: E402
 from tests.ray_helpers import HelperConfig, HintedBackend, SlowNet  # noqa: E402
 
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)

@@ -58,9 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aitune_ray as ait  # noqa: E402
-from aitune_ray.imports import short_name  # noqa: E402
+from aitune_ray.records.imports import short_name  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.warm_up import WARM_UP_MODES  # noqa: E402
+from aitune_ray.runtime.warm_up import WARM_UP_MODES  # noqa: E402
 from backends import BACKENDS, MODELS, make_model, wrap_model  # noqa: E402
 from results_table import fresh_caches  # noqa: E402
 

@@ -199,7 +199,7 @@ def first_line(cls: type) -> str:
 
 def reference() -> str:
     from aitune_ray import backend as backends
-    from aitune_ray import job as schema
+    from aitune_ray.command import job as schema
     from aitune_ray.measure.timing import MeasureConfig
 
     out = ["A job file is YAML. Every key below is checked before any work starts (unknown keys too); a problem "

@@ -33,7 +33,7 @@ import torch
 
 import aitune_ray as ait
 from aitune_ray.errors import CheckpointError, ConfigError
-from aitune_ray.validate import _matches
+from aitune_ray.records.validate import _matches
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_JOBS = ("examples/mlp/job.yaml", "examples/pipeline/job.yaml", "examples/bert/job_tiny.yaml")
@@ -67,7 +67,7 @@ def _key(path: tuple) -> str:
 def _fields(cls: type, data: dict, path: tuple) -> Iterator[tuple[tuple, Any, Any]]:
     """(path, value, type hint) of every key of data that the schema declares, recursively; config mappings
     are followed into their BackendConfig or MeasureConfig class."""
-    from aitune_ray.job import BackendSpec, StrategySpec, backend_class
+    from aitune_ray.command.job import BackendSpec, StrategySpec, backend_class
     from aitune_ray.measure.timing import MeasureConfig
 
     hints = typing.get_type_hints(cls)
@@ -127,7 +127,7 @@ def job_cases(count: int = 520, seed: int = JOB_SEED) -> list[JobCase]:
     """count invalid jobs made from the example jobs, the same ones for one seed."""
     import yaml
 
-    from aitune_ray.job import Job
+    from aitune_ray.command.job import Job
 
     rng = random.Random(seed)
     bases = [(REPO / name).read_text() for name in EXAMPLE_JOBS]
@@ -216,7 +216,7 @@ def _yaml_error(text: str, rng: random.Random) -> JobCase | None:
 def run_job_case(case: JobCase, folder: Path) -> str:
     """'clear' (a one-line ConfigError naming the key), 'unclear' (a ConfigError that does not), 'accepted'
     or 'crash: ...' (any other exception)."""
-    from aitune_ray.job import load_job
+    from aitune_ray.command.job import load_job
 
     path = folder / "job.yaml"
     path.write_text(case.text)
@@ -355,7 +355,7 @@ def as_package(path: Path, change) -> None:
     """Module 'a' turned into a TorchInductorAotBackend whose model.pt2 is change(an exported program's
     members), every hash fixed."""
     from aitune_ray.backend import TorchInductorAotBackend
-    from aitune_ray.imports import class_path
+    from aitune_ray.records.imports import class_path
     from tests import hostile
 
     members = change(hostile._exported_program_members("model"))
@@ -375,7 +375,7 @@ def as_package(path: Path, change) -> None:
 def config_shapes(folder: Path) -> dict[str, dict]:
     """Backend specs of known classes whose configs name a program, a library, a file or a folder."""
     from aitune_ray import backend as b
-    from aitune_ray.imports import class_path
+    from aitune_ray.records.imports import class_path
 
     def spec(cls, **config):
         return {"type": class_path(cls), "config": config}

@@ -21,7 +21,7 @@ from torch import nn
 
 from aitune_ray.backend import Backend, BackendConfig
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 #: Fast measurement for tests: a handful of runs, at most 0.2 s per batch size.
 FAST_MEASURE = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=20, max_seconds=0.2)
@@ -29,7 +29,7 @@ FAST_MEASURE = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=20, max_seconds
 @contextlib.contextmanager
 def thread_settings():
     """Torch's thread count, Inductor's compile threads and their environment variable, put back after a
-    warm-up (aitune_ray.warm_up) changed them. Yields torch._inductor.config."""
+    warm-up (aitune_ray.runtime.warm_up) changed them. Yields torch._inductor.config."""
     import torch._inductor.config as inductor_config
 
     saved = torch.get_num_threads(), inductor_config.compile_threads, os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = {"warmup_runs": 1, "min_runs": 3, "max_runs": 10, "max_seconds": 0.05}

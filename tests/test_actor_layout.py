@@ -9,8 +9,8 @@ pytest.importorskip("ray")
 
 from aitune_ray.cluster import RayExecutor, TuneContext  # noqa: E402
 from aitune_ray.cluster import layout  # noqa: E402
-from aitune_ray.results import CandidateJob  # noqa: E402
-from aitune_ray.samples import Sample, SampleStore  # noqa: E402
+from aitune_ray.records.results import CandidateJob  # noqa: E402
+from aitune_ray.model.samples import Sample, SampleStore  # noqa: E402
 
 GIB = 2**30
 H200 = 141 * GIB

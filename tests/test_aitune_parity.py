@@ -16,7 +16,7 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.errors import ConfigError, DatasetError
-from aitune_ray.inline import InlineExecutor
+from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.measure import timing
 from aitune_ray.decision.verdict import FASTER as WIN
 from tests.helpers import FAST_MEASURE, FastBackend, FailingBackend, SleepyAffine, helper
@@ -221,7 +221,7 @@ def test_backend_options_as_aitune_names_them():
 def test_torchao_default_fails_at_once_on_the_cpu_naming_the_config_to_write(tmp_path):
     from aitune_ray.backend import TorchAOBackend
     from aitune_ray.errors import BuildError
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     x = torch.randn(2, 8)
     store = SampleStore([Sample((x,), {}, x, 2)])
@@ -232,7 +232,7 @@ def test_torchao_default_fails_at_once_on_the_cpu_naming_the_config_to_write(tmp
 
 def test_eager_autocast_runs_in_the_reduced_dtype_and_returns_the_modules_dtype(tmp_path):
     from aitune_ray.backend import TorchEagerBackend, TorchEagerBackendConfig
-    from aitune_ray.samples import SampleStore
+    from aitune_ray.model.samples import SampleStore
 
     seen = []
     linear = nn.Linear(8, 8)
@@ -334,7 +334,7 @@ def test_the_executor_may_be_named_and_a_wrong_name_is_refused_before_recording(
 
 
 def test_search_doubles_then_bisects_to_the_largest_size_that_fits():
-    from aitune_ray.max_batch import search
+    from aitune_ray.model.max_batch import search
 
     tried = []
 
@@ -362,7 +362,7 @@ class RunsOutOfMemory(nn.Module):
 
 
 def test_tune_finds_the_max_batch_size_and_records_it_when_the_strategy_asks():
-    from aitune_ray.max_batch import find_max_batch_sizes
+    from aitune_ray.model.max_batch import find_max_batch_sizes
 
     strategy = ait.OneBackendStrategy(helper(FastBackend, "m"), measure_config=FAST_MEASURE)
     module = ait.Module(RunsOutOfMemory(most=37), name="oom", strategy=strategy.enable_find_max_batch_size(limit=64))
@@ -376,7 +376,7 @@ def test_tune_finds_the_max_batch_size_and_records_it_when_the_strategy_asks():
                         strategy=ait.OneBackendStrategy(helper(FastBackend, "c")).enable_find_max_batch_size())
     capped(torch.randn(2, 3), torch.ones(2, 5))
     find_max_batch_sizes([capped], "cpu")
-    from aitune_ray.max_batch import CPU_LIMIT
+    from aitune_ray.model.max_batch import CPU_LIMIT
 
     assert capped.samples.batch_sizes() == [2, CPU_LIMIT]
 
@@ -689,7 +689,7 @@ def test_a_provider_written_as_x_only_passes_the_forges_check_on_recorded_relu_c
 
 
 def _cuda_store(batch: int = 16, width: int = 256):
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     x = torch.randn(batch, width, device="cuda")
     return x, SampleStore([Sample((x,), {}, None, batch)])
@@ -736,7 +736,7 @@ class Widening(nn.Module):
 
 @pytest.mark.gpu
 def test_find_max_batch_size_stops_where_the_gpu_runs_out_of_memory():
-    from aitune_ray.max_batch import find_max_batch_size
+    from aitune_ray.model.max_batch import find_max_batch_size
 
     module = ait.Module(Widening(), name="wide")
     module(torch.randn(1, 64, device="cuda"))

@@ -102,7 +102,7 @@ def test_every_inductor_build_is_compiled_past_dynamo_recompile_limit(tmp_path):
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     x = batch(3)
     store = SampleStore([Sample((x,), {}, eager(x), 3)])
@@ -169,7 +169,7 @@ def test_torchao_int8wo_passes_on_its_own_tolerance():
 
 def test_torchao_counts_the_layers_it_quantized_and_fails_where_it_changed_none(tmp_path):
     from aitune_ray.errors import NotApplicableError
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     x = torch.randn(2, 4, 8)
     convs = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.GELU(), torch.nn.Conv1d(4, 4, 1))
@@ -183,7 +183,7 @@ def test_torchao_counts_the_layers_it_quantized_and_fails_where_it_changed_none(
     backend = TorchAOBackend(config).build(mixed, store, torch.device("cpu"), tmp_path / "mixed")
     state, _ = backend.export()
     assert state == {"quantized_layers": 2, "quantizable_layers": 2}
-    from aitune_ray.results import BuildResult
+    from aitune_ray.records.results import BuildResult
     from aitune_ray.tune_strategy.report import describe_candidate
     assert describe_candidate(BuildResult(key="k", backend="TorchAOBackend", spec={}, status="ok",
                                           state=state)) == "quantized 2 of 2 layers"
@@ -196,7 +196,7 @@ def test_a_torchao_build_that_dynamo_cannot_trace_says_compile_false_runs_it(tmp
 
     import aitune_ray.backend.torchao_backend as torchao_backend
     from aitune_ray.errors import BuildError
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     def untraceable(model, **_):
         def run(*args, **kwargs):

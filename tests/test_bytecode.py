@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = str(Path(__file__).resolve().parents[1])
-PROBE = ("import json; from aitune_ray.bytecode import advice, uncached; "
+PROBE = ("import json; from aitune_ray.runtime.bytecode import advice, uncached; "
          "found = uncached(('slowpkg', 'absentpkg')); print(json.dumps([found, advice(found) if found else '']))")
 
 
@@ -73,7 +73,7 @@ def test_a_read_only_folder_without_caches_is_named(tmp_path):
 def test_the_doctor_and_the_ray_executor_pass_the_advice_on(monkeypatch, caplog):
     import torch
 
-    from aitune_ray import doctor
+    from aitune_ray.executors import doctor
     from aitune_ray.cluster import ray_executor, session
 
     monkeypatch.setattr(doctor, "uncached", lambda: ["torch"])
@@ -95,7 +95,7 @@ def test_the_doctor_and_the_ray_executor_pass_the_advice_on(monkeypatch, caplog)
 
 
 def test_the_fix_names_the_folder_that_holds_a_package_or_a_module(tmp_path, monkeypatch):
-    from aitune_ray.bytecode import folders
+    from aitune_ray.runtime.bytecode import folders
 
     site = _site(tmp_path)
     (site / "slowmod.py").write_text("VALUE = 2\n")

@@ -22,7 +22,7 @@ from aitune_ray.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoi
 from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointMismatchError,
                                CheckpointTruncatedError, CheckpointVersionError, ConfigError, DeviceError)
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.module import ModuleState
+from aitune_ray.api.module import ModuleState
 
 FAST = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=5, max_seconds=0.05)
 

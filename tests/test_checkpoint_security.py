@@ -17,8 +17,8 @@ import aitune_ray as ait
 from aitune_ray.backend import Backend, TorchEagerBackend
 from aitune_ray.errors import CheckpointError, UnknownClassError
 from aitune_ray.kernel_forge import KernelProvider
-from aitune_ray.module import ModuleState
-from aitune_ray.registry import untrusted
+from aitune_ray.api.module import ModuleState
+from aitune_ray.records.registry import untrusted
 from tests import hostile
 from tests.hostile import Bait, Sandbox, X, edit_manifest, mlp, snapshot, tuned
 
@@ -333,7 +333,7 @@ def test_a_damaged_package_fails_as_a_checkpoint_error(aot_saved, aot_setup, for
 
 def _inductor_jit(options: dict) -> dict:
     from aitune_ray.backend import TorchInductorJitBackend
-    from aitune_ray.imports import class_path
+    from aitune_ray.records.imports import class_path
 
     return {"type": class_path(TorchInductorJitBackend), "config": {"options": options}}
 

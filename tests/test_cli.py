@@ -21,9 +21,9 @@ import torch
 import yaml
 
 import aitune_ray as ait
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 from aitune_ray.errors import ConfigError
-from aitune_ray.job import load_job, parse_job
+from aitune_ray.command.job import load_job, parse_job
 
 REPO = Path(__file__).resolve().parents[1]
 MLP_JOB = REPO / "examples" / "mlp" / "job.yaml"
@@ -240,7 +240,7 @@ def test_exit_1_when_no_module_could_be_tuned(tmp_path, monkeypatch, capsys):
 
 def test_inline_path_never_imports_ray(tmp_path):
     job = write_job(tmp_path / "job.yaml", eager_job(tmp_path))
-    script = ("import sys; from aitune_ray.cli import main; code = main(['tune', sys.argv[1]]); "
+    script = ("import sys; from aitune_ray.command.cli import main; code = main(['tune', sys.argv[1]]); "
               "assert 'ray' not in sys.modules, 'ray was imported'; sys.exit(code)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-c", script, str(job)], cwd=REPO, env=env, capture_output=True,
@@ -250,7 +250,7 @@ def test_inline_path_never_imports_ray(tmp_path):
 
 
 def test_python_dash_m_shows_help():
-    for module in ("aitune_ray", "aitune_ray.cli"):
+    for module in ("aitune_ray", "aitune_ray.command.cli"):
         proc = subprocess.run([sys.executable, "-m", module, "tune", "--help"], cwd=REPO, capture_output=True,
                               text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert proc.returncode == 0 and "--executor" in proc.stdout
@@ -349,7 +349,7 @@ def test_ray_job_submit_on_a_local_cluster(tmp_path):
         submission = f"aitune-ray-test-{os.getpid()}-{int(time.time())}"
         submit = [str(ray_bin), "job", "submit", "--address", url, "--submission-id", submission,
                   "--working-dir", str(work), "--",
-                  sys.executable, "-m", "aitune_ray.cli", "tune", "examples/mlp/job.yaml",
+                  sys.executable, "-m", "aitune_ray.command.cli", "tune", "examples/mlp/job.yaml",
                   "--output", str(out / "mlp.ait"), "--report", str(out / "mlp.md")]
         job = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=900)
         # The streamed tail of `ray job submit` can miss lines; the job's own log file does not.
@@ -367,7 +367,7 @@ def test_ray_job_submit_on_a_local_cluster(tmp_path):
 
 
 def test_gpu_pipeline_job_passes_the_schema_and_builds_its_bf16_model():
-    from aitune_ray.job import load_job
+    from aitune_ray.command.job import load_job
 
     job = load_job(REPO / "examples" / "pipeline" / "job_gpu.yaml")
     types = [b.type for b in job.backends]

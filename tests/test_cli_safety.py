@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitune_ray.cli import EXIT_BAD_JOB, EXIT_FAILED, EXIT_OK, main
+from aitune_ray.command.cli import EXIT_BAD_JOB, EXIT_FAILED, EXIT_OK, main
 from tests.test_cli import FAST_MEASURE, eager_job, write_job
 
 FACTORIES = '''
@@ -109,7 +109,7 @@ def test_an_aot_winner_is_checked_from_the_runs_own_checkpoint(factories, capsys
 
 def test_a_changed_checkpoint_is_not_trusted(tmp_path):
     from aitune_ray.errors import CheckpointIntegrityError
-    from aitune_ray.own_checkpoint import OwnCheckpoint
+    from aitune_ray.checkpoint.own import OwnCheckpoint
 
     import aitune_ray as ait
     import torch
@@ -129,7 +129,7 @@ def test_a_changed_checkpoint_is_not_trusted(tmp_path):
 
 def test_an_unexpected_error_is_one_line_and_exit_1(factories, capsys, monkeypatch):
     """Whatever goes wrong past the job's own checks (here the run itself raises) is one line, no traceback."""
-    import aitune_ray.cli as cli
+    import aitune_ray.command.cli as cli
 
     def broken(*args, **kwargs):
         raise RuntimeError("the disk went away\nsecond line")

@@ -15,7 +15,7 @@ import torch
 import aitune_ray as ait
 from aitune_ray.cluster import kinds
 from aitune_ray.errors import ClusterError
-from aitune_ray.inspection import inspect_checkpoint, render
+from aitune_ray.checkpoint.inspection import inspect_checkpoint, render
 from aitune_ray.measure.timing import MeasureConfig
 from tests.fault_helpers import GateConfig, GatedBackend, start_gate
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet

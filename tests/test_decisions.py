@@ -15,7 +15,7 @@ from aitune_ray.cluster import InlineExecutor
 from aitune_ray.decision import CONFIRM_FAILED, FASTER, HOST_UNFIT, INCONCLUSIVE, NOT_FASTER, SLOWER, Session
 from aitune_ray.measure import timing
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 from aitune_ray.testing import LIVE_BUFFERS, SIM_CALLS, SIM_CLOCK, SimAffine, SimBackend, reset, sim
 
 SIM_MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)

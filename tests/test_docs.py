@@ -88,7 +88,7 @@ def test_the_reference_follows_a_changed_schema(monkeypatch):
     sys.path.insert(0, str(REPO / "docs"))
     import job_reference
 
-    from aitune_ray import job as schema
+    from aitune_ray.command import job as schema
 
     @dataclasses.dataclass
     class Executor(schema.ExecutorSpec):

@@ -8,8 +8,8 @@ import platform
 import pytest
 import torch
 
-from aitune_ray import doctor
-from aitune_ray.cli import main
+from aitune_ray.executors import doctor
+from aitune_ray.command.cli import main
 
 
 def test_this_machine_on_cpu(capsys):

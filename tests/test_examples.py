@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from aitune_ray.cli import main
-from aitune_ray.job import load_job
+from aitune_ray.command.cli import main
+from aitune_ray.command.job import load_job
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

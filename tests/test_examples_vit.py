@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import aitune_ray as ait
-from aitune_ray.cli import main
-from aitune_ray.job import load_job
+from aitune_ray.command.cli import main
+from aitune_ray.command.job import load_job
 
 REPO = Path(__file__).resolve().parents[1]
 VIT = REPO / "examples" / "vit"

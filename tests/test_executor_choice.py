@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from aitune_ray.cli import make_executor
-from aitune_ray.executor_choice import choose_executor
-from aitune_ray.inline import InlineExecutor
-from aitune_ray.job import parse_job
-from aitune_ray.tuning import default_executor
+from aitune_ray.command.cli import make_executor
+from aitune_ray.executors.choice import choose_executor
+from aitune_ray.executors.inline import InlineExecutor
+from aitune_ray.command.job import parse_job
+from aitune_ray.api.tuning import default_executor
 
 
 @pytest.mark.parametrize("requested, address, device, environ, ray, gpus, kind, says", [

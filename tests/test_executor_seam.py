@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from aitune_ray.executor import Executor, TuneContext
-from aitune_ray.inline import InlineExecutor
-from aitune_ray.results import OK, BuildResult
-from aitune_ray.run_dir import RunFolder, journaled
-from aitune_ray.samples import SampleStore
+from aitune_ray.worker.seam import Executor, TuneContext
+from aitune_ray.executors.inline import InlineExecutor
+from aitune_ray.records.results import OK, BuildResult
+from aitune_ray.executors.run_dir import RunFolder, journaled
+from aitune_ray.model.samples import SampleStore
 
 
 class Recording(InlineExecutor):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 
 from aitune_ray.backend import Backend, BackendConfig
-from aitune_ray.candidate import run_candidate
-from aitune_ray.executor import failed_plan
-from aitune_ray.failures import classify, outcome
-from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, CandidateJob
-from aitune_ray.run_dir import NOT_RUN
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.worker.candidate import run_candidate
+from aitune_ray.worker.seam import failed_plan
+from aitune_ray.records.failures import classify, outcome
+from aitune_ray.records.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, CandidateJob
+from aitune_ray.executors.run_dir import NOT_RUN
+from aitune_ray.model.samples import Sample, SampleStore
 
 
 RayError = type("RayError", (Exception,), {"__module__": "ray.exceptions"})

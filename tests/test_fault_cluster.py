@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import aitune_ray as ait
-from aitune_ray import cli
+from aitune_ray.command import cli
 from aitune_ray.errors import AITuneRayError, ClusterError
 from aitune_ray.measure.timing import MeasureConfig
 from tests.fault_helpers import GateConfig, GatedBackend, recorded_net, start_gate, tuner_processes, wait_until

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.results import CRASHED  # noqa: E402
+from aitune_ray.records.results import CRASHED  # noqa: E402
 from tests import resume_job  # noqa: E402
 from tests.fault_helpers import (  # noqa: E402
     GateConfig,

@@ -377,9 +377,9 @@ def _plan_run(monkeypatch, planner, *, shares: bool = False, cuda: bool = False)
     cuda: its profile counts as a CUDA trace (a stand-in child process, never started)."""
     from aitune_ray.cluster import forge as forge_module
     from aitune_ray.cluster.forge import PlanRun
-    from aitune_ray.executor import TuneContext
-    from aitune_ray.results import CandidateJob
-    from aitune_ray.samples import SampleStore
+    from aitune_ray.worker.seam import TuneContext
+    from aitune_ray.records.results import CandidateJob
+    from aitune_ray.model.samples import SampleStore
 
     class Planned:
         @classmethod
@@ -439,7 +439,7 @@ def test_the_drivers_cuda_profile_holds_a_builds_turn_at_its_gpu_only_beside_act
     and the actors share their GPU (their timings then wait for it, their builds do not); otherwise its turns
     are the no-op ones. turns_for is a stand-in that records what it was asked for."""
     from aitune_ray.cluster import forge as forge_module
-    from aitune_ray.device import module_device
+    from aitune_ray.runtime.device import module_device
 
     asked, inside = [], []
 

@@ -34,7 +34,7 @@ def test_damaged_and_hostile_checkpoints_never_crash_hang_import_or_load_silentl
 
 
 def test_the_command_answers_a_bad_job_with_one_line_and_exit_code_2(tmp_path, capsys):
-    from aitune_ray import cli
+    from aitune_ray.command import cli
 
     by_kind = {}
     for case in fuzz.job_cases():

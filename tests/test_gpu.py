@@ -155,7 +155,7 @@ def test_a_timed_burst_waits_for_work_queued_on_other_streams():
 def test_the_warm_up_on_its_own_thread_compiles_and_leaves_the_task_thread_set_up():
     """The whole default warm-up, on its thread, on the GPU: every step runs, none fails, and a compile on
     the task thread afterwards uses the warm-up's thread count."""
-    from aitune_ray.warm_up import WarmUp
+    from aitune_ray.runtime.warm_up import WarmUp
     from tests.helpers import thread_settings
 
     with thread_settings() as inductor_config:

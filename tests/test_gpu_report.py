@@ -15,8 +15,8 @@ import pytest
 import torch
 from PIL import Image
 
-from aitune_ray import doctor
-from aitune_ray.cli import main
+from aitune_ray.executors import doctor
+from aitune_ray.command.cli import main
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[1]

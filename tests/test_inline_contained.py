@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import aitune_ray as ait
-from aitune_ray.results import CRASHED, OK, TIMED_OUT
+from aitune_ray.records.results import CRASHED, OK, TIMED_OUT
 from tests.crash_backends import CrashConfig, CrashingBackend, run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ import pytest
 
 from aitune_ray.backend import TorchEagerBackend
 from aitune_ray.checkpoint import save_checkpoint
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 from aitune_ray.errors import CheckpointIntegrityError
-from aitune_ray.inspection import inspect_checkpoint
+from aitune_ray.checkpoint.inspection import inspect_checkpoint
 from tests.report_helpers import REPO
 from tests.test_checkpoint import edit_manifest, flip_last_byte, mlp, onnx_backend, rewrite, tuned
 
@@ -73,7 +73,7 @@ def test_nothing_the_checkpoint_names_is_imported(tmp_path):
     code = f"""
 import sys
 sys.path[:0] = [{str(tmp_path)!r}, {str(REPO)!r}]
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 code = main(["inspect", {str(path)!r}])
 assert "markpkg" not in sys.modules, "inspect imported the module the checkpoint names"
 sys.exit(code)

@@ -12,11 +12,11 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.errors import ConfigError, DatasetError
-from aitune_ray.inline import InlineExecutor
+from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.inspecting import InspectedModulesInfo, ModuleInfo
 from aitune_ray.measure import timing
-from aitune_ray.module import Module
-from aitune_ray.recording import ModuleState
+from aitune_ray.api.module import Module
+from aitune_ray.model.recording import ModuleState
 from aitune_ray.testing import SIM_CALLS, SIM_CLOCK, SimAffine
 from aitune_ray.testing.sim import sim
 

@@ -522,7 +522,7 @@ def test_config_round_trips_and_defaults():
 def test_empty_plan_builds_the_unchanged_module(tmp_path):
     backend = KernelSelectorBackend(selector_config(TestGeluProvider("slow")), TorchEagerBackend())
     model, samples = GeluNorm(), gelu_norm_samples()
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
     store = SampleStore([Sample((x,), {}, model(x), x.shape[0]) for x in samples])
     backend.build(model, store, torch.device("cpu"), tmp_path)
     assert backend.plan.is_empty and backend.plan.results
@@ -530,7 +530,7 @@ def test_empty_plan_builds_the_unchanged_module(tmp_path):
     state, artifacts = backend.export()
     assert state["kernel_plan"]["providers"] == [] and artifacts == {}
     # the report row says what this candidate really is: the delegate alone
-    from aitune_ray.results import BuildResult
+    from aitune_ray.records.results import BuildResult
     from aitune_ray.tune_strategy.report import describe_candidate
     row = describe_candidate(BuildResult(key="k", backend="KernelSelectorBackend", spec={}, status="ok", state=state))
     assert row.startswith("empty kernel plan: no function replaced")
@@ -560,7 +560,7 @@ def test_jit_delegate_checkpoint_stores_the_plan_and_restores_without_profiling(
 
 
 def test_inductor_jit_delegate_round_trip(tmp_path):
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     model, samples = GeluNorm(dim=64), [torch.randn(4, 8, 64), torch.randn(2, 8, 64)]
     store = SampleStore([Sample((x,), {}, model(x).detach(), x.shape[0]) for x in samples])
@@ -623,7 +623,7 @@ def test_gpu_profiler_and_sdpa_providers():
 
 @pytest.mark.gpu
 def test_gpu_kernel_selector_backend_default_providers(tmp_path):
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     model = ForgeBlock(dim=256, heads=4).cuda().half().eval()
     xs = [torch.randn(4, 512, 256, device="cuda", dtype=torch.half) for _ in range(2)]

@@ -14,7 +14,7 @@ from aitune_ray.decision import (BUDGET, FASTER, LATENCY, NOT_FASTER, OVER_BUDGE
                                  decide)
 from aitune_ray.decision.session import Session
 from aitune_ray.errors import ConfigError, LatencyBudgetError
-from aitune_ray.inline import InlineExecutor
+from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.measure import timing
 from aitune_ray.testing import SIM_CLOCK, SimAffine, reset, sim
 

@@ -99,20 +99,18 @@ def test_the_cycle_finder_finds_a_cycle():
 #: From the bottom up. A file may import files of its own layer or of a layer below, never above. A name is a
 #: module or package below aitune_ray (or "actors"); a file belongs to the longest name that contains it.
 LAYERS = (
-    ("base", ("version", "errors", "imports", "validate", "registry", "device", "samples", "recording", "frames",
-              "logs", "bytecode", "wrapping", "warm_up", "measure", "results", "failures", "artifacts", "tempdirs", "quiet", "dynamic_shapes", "dataloader", "max_batch")),
+    ("base", ("version", "errors", "records", "runtime", "model", "measure")),
     # one procedure for everything that is chosen, below the strategies and the kernel forge (DESIGN.md)
     ("decision", ("decision",)),
     ("components", ("backend", "kernel_forge")),
     # the worker core and the seam that strategies talk to
-    ("worker core and executor seam", ("candidate", "worker", "executor")),
+    ("worker core and executor seam", ("worker",)),
     ("strategies and their reports", ("tune_strategy", "report")),
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
-    ("executors", ("inline", "build_process", "executor_choice", "run_dir", "cluster", "doctor", "actors")),
+    ("executors", ("executors", "cluster", "actors")),
     # tune(), the Module, and the checkpoint that saves and loads a Module
-    ("API", ("tuning", "module", "checkpoint", "own_checkpoint", "inspection", "inspecting", "absent",
-             "jit")),
-    ("job and command", ("job", "progress", "cli", "__main__", "testing", "")),   # "": the package aitune_ray
+    ("API", ("api", "checkpoint", "inspecting", "jit")),
+    ("job and command", ("command", "__main__", "testing", "")),   # "": the package aitune_ray
 )
 
 
@@ -207,7 +205,7 @@ def test_a_backend_class_declares_what_it_is_and_a_wrong_declaration_fails_at_on
 
     from aitune_ray.backend import Backend, ONNXRuntimeBackend, TorchAOBackend
     from aitune_ray.checkpoint.format import package_versions
-    from aitune_ray.imports import class_path
+    from aitune_ray.records.imports import class_path
 
     for name, value in (("is_jit", "yes"), ("libraries", "onnxruntime"), ("build_cost", 0),
                         ("default_tolerance", -1.0), ("config_class", dict)):

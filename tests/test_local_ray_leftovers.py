@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aitune_ray import tempdirs
+from aitune_ray.runtime import tempdirs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ import torch
 from aitune_ray.measure import correctness, timing
 from aitune_ray.measure.correctness import compare_outputs, default_tolerance
 from aitune_ray.measure.timing import MeasureConfig, Timing, measure, measure_interleaved, profile_samples
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 
 
 def _ref(*shape, seed=0, dtype=torch.float32):

@@ -247,7 +247,7 @@ def test_missing_cuda_device_is_a_device_error(device):
 def test_cuda_index_past_the_last_gpu_is_a_device_error():
     if torch.cuda.is_available() and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
-    from aitune_ray.device import resolve_device
+    from aitune_ray.runtime.device import resolve_device
 
     with pytest.raises(DeviceError, match="cuda:7"):
         resolve_device("cuda:7")

@@ -12,9 +12,9 @@ import torch
 import yaml
 
 import aitune_ray as ait
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 from aitune_ray.errors import ConfigError
-from aitune_ray.job import load_jobs
+from aitune_ray.command.job import load_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_MEASURE = {"warmup_runs": 1, "min_runs": 3, "max_runs": 10, "max_seconds": 0.1}
@@ -74,7 +74,7 @@ def test_a_job_of_two_models_runs_as_one_schedule_and_writes_every_checkpoint(tm
 
 
 def test_a_bad_key_in_the_second_model_is_refused_before_any_build(tmp_path, capsys, monkeypatch):
-    import aitune_ray.cli as cli
+    import aitune_ray.command.cli as cli
 
     def never(*args, **kwargs):
         raise AssertionError("an executor was made for a job that should have been refused")
@@ -137,7 +137,7 @@ def test_each_gpu_kind_gets_its_own_decision_and_checkpoint_recording_that_kind(
     runs, each on a pool of its kind, each writing its own checkpoint, which records that kind and loads."""
     import ray
 
-    from aitune_ray.inspection import inspect_checkpoint
+    from aitune_ray.checkpoint.inspection import inspect_checkpoint
 
     entry = mlp_entry(tmp_path, "small", 2)
     del entry["name"]
@@ -184,7 +184,7 @@ def test_a_killed_job_of_two_models_resumes_running_only_what_is_missing(tmp_pat
                                         "models": [gated_entry(tmp_path, "first", (1, 2)),
                                                    gated_entry(tmp_path, "second", (3, 4))]})
     log = tmp_path / "builds.log"
-    kill_when_blocked([sys.executable, "-m", "aitune_ray.cli", "tune", str(job)], log, 4)
+    kill_when_blocked([sys.executable, "-m", "aitune_ray.command.cli", "tune", str(job)], log, 4)
     assert builds(log) == [1, 2, 3, 4] and not list(tmp_path.glob("*.ait"))
     monkeypatch.setenv("AITUNE_TEST_BUILD_LOG", str(log))
     monkeypatch.chdir(REPO)

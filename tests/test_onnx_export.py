@@ -8,7 +8,7 @@ from torch import nn
 
 from aitune_ray.backend.onnx_export import ExportedModel, _one_data_file, export_onnx
 from aitune_ray.errors import BuildError, ExportError
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 
 
 class TwoInOneOut(nn.Module):

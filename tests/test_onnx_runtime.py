@@ -11,7 +11,7 @@ from aitune_ray.backend import ONNXExecutionProvider, ONNXRuntimeBackend, ONNXRu
 from aitune_ray.backend.onnx_runtime_io import BoundSession
 from aitune_ray.backend.onnx_runtime_options import session_providers
 from aitune_ray.errors import BuildError, ConfigError, InputMismatchError
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 from tests.helpers import MLP
 
 WIDTH = 16

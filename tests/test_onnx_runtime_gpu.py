@@ -15,7 +15,7 @@ from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
 from aitune_ray.errors import BuildError, InputMismatchError
 from aitune_ray.measure import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 
 pytestmark = pytest.mark.gpu
 ort = pytest.importorskip("onnxruntime")

@@ -20,7 +20,7 @@ from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError
 from aitune_ray.kernel_forge import KernelOptimizer  # noqa: E402
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler  # noqa: E402
 from aitune_ray.measure.conditions import cupti_attached  # noqa: E402
-from aitune_ray.samples import tensors_of  # noqa: E402
+from aitune_ray.model.samples import tensors_of  # noqa: E402
 from tests.forge_helpers import ForgeBlock, TestGeluProvider, block_samples  # noqa: E402
 
 FUNCTIONS = {"gelu", "layer_norm", "scaled_dot_product_attention", "linear"}

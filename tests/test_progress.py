@@ -8,8 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
-from aitune_ray.cli import main
-from aitune_ray.progress import ProgressView, event_line
+from aitune_ray.command.cli import main
+from aitune_ray.command.progress import ProgressView, event_line
 from tests.report_helpers import REPO, quick_job
 
 EVENTS = [{"module": "m", "key": "a", "backend": "Inductor", "event": "building", "node": "n1", "gpu": "H200 #0"},

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from aitune_ray.quiet import quiet
+from aitune_ray.runtime.quiet import quiet
 
 
 def test_only_the_listed_noise_is_silenced_and_only_inside_the_block(caplog):
@@ -34,7 +34,7 @@ def test_an_onnx_export_says_nothing_the_user_cannot_act_on(tmp_path, capfd):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")
     from aitune_ray.backend.onnx_export import export_onnx
-    from aitune_ray.samples import Sample, SampleStore
+    from aitune_ray.model.samples import Sample, SampleStore
 
     module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     inputs = [torch.randn(bs, 8) for bs in (2, 4)]

@@ -16,11 +16,11 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
-from aitune_ray import artifacts  # noqa: E402
+from aitune_ray.records import artifacts  # noqa: E402
 from aitune_ray.errors import ConfigError  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
-from aitune_ray.module import ModuleState  # noqa: E402
-from aitune_ray.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
+from aitune_ray.api.module import ModuleState  # noqa: E402
+from aitune_ray.records.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
 from tests.ray_helpers import (  # noqa: E402
     FastBackend,
     HangingBackend,
@@ -267,7 +267,7 @@ class TestOneNode:
 
 
 def test_default_executor_is_ray_in_local_mode_where_there_are_gpus(monkeypatch):
-    from aitune_ray.tuning import default_executor
+    from aitune_ray.api.tuning import default_executor
 
     monkeypatch.delenv("AITUNE_RAY_EXECUTOR", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -371,7 +371,7 @@ def test_a_cuda_result_on_a_driver_without_cuda_is_saved_as_is(tmp_path):
 
 
 def test_tune_on_ray_starts_ray_locally_and_shuts_it_down(monkeypatch):
-    """Without a GPU the default is inline (aitune_ray.executor_choice): Ray asked for by the environment is
+    """Without a GPU the default is inline (aitune_ray.executors.choice): Ray asked for by the environment is
     started on this machine for the tuning, and stopped after it."""
     monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "ray")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -723,7 +723,7 @@ def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_
     """`ray job submit` to a one-GPU machine: the job's driver runs on the node of the only GPU, beside the
     actor, and times eager itself while that actor starts (as in local mode); on a cluster with GPUs
     elsewhere an actor times it. (CUDA is granted here, and the module has no tensor off the GPU.)"""
-    from aitune_ray.samples import SampleStore
+    from aitune_ray.model.samples import SampleStore
 
     executor = RayExecutor("127.0.0.1:1")
     monkeypatch.setattr(executor, "_actors", lambda: 1)

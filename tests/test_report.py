@@ -11,7 +11,7 @@ import sys
 import pytest
 from PIL import Image
 
-from aitune_ray.cli import main
+from aitune_ray.command.cli import main
 from aitune_ray.report import render_run_file, spans, write_reports
 from aitune_ray.report.events import EventRecorder, actor_row
 from aitune_ray.report.candidates import details, summary_table
@@ -297,7 +297,7 @@ def test_eager_that_moved_between_its_first_timing_and_the_re_measure_is_said():
 def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apart():
     from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend, TorchInductorJitBackendConfig
     from aitune_ray.backend.torchao_backend import TorchAOBackend, TorchAOBackendConfig
-    from aitune_ray.results import BuildResult
+    from aitune_ray.records.results import BuildResult
 
     def result(key, backend_or_spec):
         spec = backend_or_spec.spec() if hasattr(backend_or_spec, "spec") else backend_or_spec
@@ -321,7 +321,7 @@ def test_config_column_shows_what_differs_from_the_defaults_so_variants_read_apa
 
 
 def test_a_speedup_that_moved_between_the_re_measure_and_the_post_deploy_check_is_said():
-    from aitune_ray.results import BuildResult
+    from aitune_ray.records.results import BuildResult
 
     def report(checked_at_8):
         chosen = BuildResult(key="jit", backend="TorchInductorJitBackend", spec={}, status="ok")

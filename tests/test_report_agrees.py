@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aitune_ray import cli
+from aitune_ray.command import cli
 from aitune_ray.decision import screen_interval
-from aitune_ray.inspection import inspect_checkpoint
+from aitune_ray.checkpoint.inspection import inspect_checkpoint
 from aitune_ray.measure import timing
 from aitune_ray.testing import SIM_CLOCK
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import aitune_ray as ait
-from aitune_ray import cli
+from aitune_ray.command import cli
 from aitune_ray.errors import RunFolderError
-from aitune_ray.run_dir import RunFolder, load_samples, save_samples
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.executors.run_dir import RunFolder, load_samples, save_samples
+from aitune_ray.model.samples import Sample, SampleStore
 from tests import resume_job
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,10 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.backend import Backend, BackendConfig
-from aitune_ray.executor import Executor
+from aitune_ray.worker.seam import Executor
 from aitune_ray.measure import timing
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.run_dir import JournalingExecutor
+from aitune_ray.executors.run_dir import JournalingExecutor
 
 
 class Clock:
@@ -132,7 +132,7 @@ def test_the_wrapper_defines_every_member_of_the_executor_seam():
 
 
 def test_optional_members_reach_the_inner_executor(tmp_path):
-    from aitune_ray.run_dir import journaled
+    from aitune_ray.executors.run_dir import journaled
 
     inner = Recording()
     wrapper = journaled(inner, tmp_path / "run")

@@ -10,7 +10,7 @@ import pytest
 
 from aitune_ray.errors import RunFolderError
 from aitune_ray.measure.timing import Timing
-from aitune_ray.run_dir import RunFolder
+from aitune_ray.executors.run_dir import RunFolder
 
 IDENTITY = {"job": "a"}
 #: The os-level calls that change the file system while a folder is cleared or created.

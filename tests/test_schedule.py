@@ -13,9 +13,9 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
 from aitune_ray.cluster.costs import Costs  # noqa: E402
-from aitune_ray.module import ModuleState  # noqa: E402
-from aitune_ray.results import ERROR  # noqa: E402
-from aitune_ray.tuning import tune_modules  # noqa: E402
+from aitune_ray.api.module import ModuleState  # noqa: E402
+from aitune_ray.records.results import ERROR  # noqa: E402
+from aitune_ray.api.tuning import tune_modules  # noqa: E402
 from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, SlowNet  # noqa: E402
 from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
 from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402

@@ -10,7 +10,7 @@ from aitune_ray.cluster import InlineExecutor
 from aitune_ray.decision import CONFIRM_FAILED, judge
 from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.errors import CorrectnessError
-from aitune_ray.results import OK
+from aitune_ray.records.results import OK
 from tests.helpers import (CALLS, FAST_MEASURE, FailingBackend, FastBackend, HelperBuildFailure, HelperConfig,
                            SkewedBackend, SleepyAffine, SlowBackend, WrongBackend, fresh_counters, helper,
                            reset_calls)

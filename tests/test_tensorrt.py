@@ -18,7 +18,7 @@ from aitune_ray.backend import (ONNXAutoCastConfig, ProfileMode, TensorRTBackend
 from aitune_ray.backend.tensorrt_profiles import (derive_profiles, dynamic_axes, for_inputs, load_profiles,
                                                   recorded_shapes, select_profile)
 from aitune_ray.errors import CheckpointError, ConfigError, MissingDependencyError
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 from tests.helpers import FAST_MEASURE, MLP
 
 HAS_TENSORRT = importlib.util.find_spec("tensorrt") is not None

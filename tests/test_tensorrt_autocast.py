@@ -11,7 +11,7 @@ import torch
 
 from aitune_ray.backend import ONNXAutoCastConfig, TensorRTBackend, TensorRTBackendConfig
 from aitune_ray.backend.onnx_autocast import autocast_onnx
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 from tests.helpers import MLP
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("modelopt") is None,

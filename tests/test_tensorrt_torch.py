@@ -19,7 +19,7 @@ from aitune_ray.backend.torch_tensorrt_aot import export_program
 from aitune_ray.errors import BuildError, CheckpointError, ConfigError, MissingDependencyError
 from aitune_ray.kernel_forge import SageAttentionKernelProvider, TorchSDPAKernelProvider
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.model.samples import Sample, SampleStore
 from tests.helpers import FAST_MEASURE, MLP
 
 HAS_TORCH_TENSORRT = importlib.util.find_spec("torch_tensorrt") is not None

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitune_ray.candidate import run_candidate
+from aitune_ray.worker.candidate import run_candidate
 from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.measure.turns import NO_TURNS, GpuTurns, lock_path, turns_for
-from aitune_ray.results import CandidateJob
-from aitune_ray.samples import Sample, SampleStore
+from aitune_ray.records.results import CandidateJob
+from aitune_ray.model.samples import Sample, SampleStore
 from helpers import FastBackend, HelperConfig
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -220,8 +220,8 @@ def test_a_worker_on_a_shared_gpu_times_forge_benchmarks_in_turn_but_never_holds
         tmp_path, monkeypatch):
     """A kernel generator may run for hours beside the builds: it takes no turn; a provider benchmark takes a
     timing's."""
-    from aitune_ray import worker as worker_module
-    from aitune_ray.worker import Worker
+    from aitune_ray.worker import core as worker_module
+    from aitune_ray.worker.core import Worker
 
     turns = GpuTurns(lock_path("GPU-forge", str(tmp_path)))
     monkeypatch.setattr(worker_module, "turns_for", lambda device, shared: turns if shared else NO_TURNS)

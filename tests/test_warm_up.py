@@ -1,4 +1,4 @@
-"""The warm-up on a thread of its own: the first task stops it after its step under way (aitune_ray.warm_up).
+"""The warm-up on a thread of its own: the first task stops it after its step under way (aitune_ray.runtime.warm_up).
 Every wait is on an event."""
 
 import threading
@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from aitune_ray.warm_up import WarmUp, steps_for
+from aitune_ray.runtime.warm_up import WarmUp, steps_for
 from tests.helpers import thread_settings
 
 
@@ -74,7 +74,7 @@ def test_run_does_every_step_and_the_modes_name_their_steps(threads):
 
 
 def test_a_failed_inductor_import_ends_the_warm_up_and_the_task_still_runs(threads, monkeypatch, caplog):
-    import aitune_ray.warm_up as warm_up
+    import aitune_ray.runtime.warm_up as warm_up
 
     def broken(self):
         raise ImportError("no torch._inductor here")

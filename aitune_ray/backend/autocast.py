@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from aitune_ray.errors import ConfigError
-from aitune_ray.samples import map_structure
+from aitune_ray.model.samples import map_structure
 
 AUTOCAST_DTYPES = ("float16", "bfloat16")
 

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
-from aitune_ray.imports import class_path, import_class  # noqa: F401 (import_class: for callers)
-from aitune_ray.registry import BACKENDS
-from aitune_ray.samples import SampleStore
+from aitune_ray.records.imports import class_path, import_class  # noqa: F401 (import_class: for callers)
+from aitune_ray.records.registry import BACKENDS
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class BackendConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BackendConfig":
-        """Check the names, then the types and sizes of plain values (aitune_ray.validate), then build."""
-        from aitune_ray.validate import check_plain_fields
+        """Check the names, then the types and sizes of plain values (aitune_ray.records.validate), then build."""
+        from aitune_ray.records.validate import check_plain_fields
 
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -94,7 +94,7 @@ class BackendState(str, enum.Enum):
 def require(module_name: str, extra: str, what: str) -> Any:
     """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
     a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
-    from aitune_ray.quiet import import_quietly
+    from aitune_ray.runtime.quiet import import_quietly
 
     try:
         return import_quietly(module_name)

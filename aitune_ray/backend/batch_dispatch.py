@@ -21,7 +21,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, BackendState
 from aitune_ray.errors import CheckpointError, ConfigError
-from aitune_ray.samples import SampleStore, batch_size_of
+from aitune_ray.model.samples import SampleStore, batch_size_of
 
 
 @dataclasses.dataclass

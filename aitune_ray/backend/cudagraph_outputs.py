@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from aitune_ray.samples import map_structure
+from aitune_ray.model.samples import map_structure
 
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 

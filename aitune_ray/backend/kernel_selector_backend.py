@@ -36,7 +36,7 @@ from aitune_ray.kernel_forge.kernel_provider import (
 from aitune_ray.kernel_forge.optimizer import DEFAULT_GENERATION_TIMEOUT, KernelOptimizer, check_percent
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.measure.timing import MeasureConfig
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

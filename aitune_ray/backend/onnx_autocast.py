@@ -20,7 +20,7 @@ import torch
 from aitune_ray.backend.backend import SAFE, BackendConfig, require
 from aitune_ray.backend.onnx_export import flat_inputs
 from aitune_ray.errors import BuildError, ConfigError, MissingDependencyError
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from torch import nn
 
 from aitune_ray.backend.backend import require
 from aitune_ray.errors import ExportError
-from aitune_ray.quiet import quiet
-from aitune_ray.samples import SampleStore, tensors_of
+from aitune_ray.runtime.quiet import quiet
+from aitune_ray.model.samples import SampleStore, tensors_of
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from aitune_ray.backend.onnx_runtime_options import (SAFE_PROVIDER_OPTIONS, ONNX
                                                      check_transformer_optimizer, normalize_provider_options,
                                                      provider_of, session_options, session_providers)
 from aitune_ray.errors import BuildError, ConfigError
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

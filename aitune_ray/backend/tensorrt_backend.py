@@ -33,7 +33,7 @@ from aitune_ray.backend.tensorrt_engine import BuildSettings, EngineRunner, buil
 from aitune_ray.backend.tensorrt_profiles import (ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes,
                                                   load_profiles, save_profiles)
 from aitune_ray.errors import BuildError, ConfigError
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from aitune_ray.backend.onnx_export import flat_inputs
 from aitune_ray.errors import ConfigError
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 Shape = tuple[int, ...]
 

@@ -12,7 +12,7 @@ from torch import nn
 from aitune_ray.backend.autocast import Autocast, autocast_tolerance_dtype, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.measure.correctness import default_tolerance
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 
 @dataclasses.dataclass

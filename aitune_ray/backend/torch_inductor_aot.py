@@ -11,7 +11,7 @@ from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.backend.torch_inductor_jit import SAFE_INDUCTOR_OPTIONS
-from aitune_ray.samples import SampleStore, map_structure
+from aitune_ray.model.samples import SampleStore, map_structure
 
 
 @dataclasses.dataclass

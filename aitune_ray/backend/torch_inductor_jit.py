@@ -14,8 +14,8 @@ from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.backend.cudagraph_outputs import call_owned, captures_graphs
 from aitune_ray.measure.correctness import default_tolerance
 from aitune_ray.errors import ConfigError
-from aitune_ray.frames import own_frame
-from aitune_ray.samples import SampleStore
+from aitune_ray.runtime.frames import own_frame
+from aitune_ray.model.samples import SampleStore
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

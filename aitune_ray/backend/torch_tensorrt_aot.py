@@ -33,7 +33,7 @@ from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_
 from aitune_ray.backend.torch_tensorrt_jit import nested_compile_config
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
-from aitune_ray.samples import Sample, SampleStore, map_structure
+from aitune_ray.model.samples import Sample, SampleStore, map_structure
 
 logger = logging.getLogger(__name__)
 

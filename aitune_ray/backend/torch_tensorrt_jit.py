@@ -24,9 +24,9 @@ from aitune_ray.backend.autocast import Autocast, check_autocast, module_dtype
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.errors import BuildError, ConfigError
-from aitune_ray.frames import own_frame
+from aitune_ray.runtime.frames import own_frame
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.cudagraph_outputs import call_owned, captures_graphs
 from aitune_ray.backend.torch_inductor_jit import COMPILE_MODES
 from aitune_ray.errors import BuildError, ConfigError, NotApplicableError
-from aitune_ray.frames import own_frame
-from aitune_ray.quiet import import_quietly
-from aitune_ray.samples import SampleStore
+from aitune_ray.runtime.frames import own_frame
+from aitune_ray.runtime.quiet import import_quietly
+from aitune_ray.model.samples import SampleStore
 
 # preset name -> torchao config class name
 QUANTIZATIONS = {
@@ -138,7 +138,7 @@ class TorchAOBackend(Backend):
                 f"not applicable: no layer quantized ({type(quant_config).__name__} changed none of the module's "
                 f"{quantizable} Linear layers), so this candidate would run unquantized under its name")
         self._model = model
-        if cfg.compile:   # in a frame of its own, as for TorchInductorJitBackend (see aitune_ray.frames)
+        if cfg.compile:   # in a frame of its own, as for TorchInductorJitBackend (see aitune_ray.runtime.frames)
             self._model = torch.compile(own_frame(model, f"torchao_{type(module).__name__}"), mode=cfg.mode,
                                         fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
         with torch.no_grad():

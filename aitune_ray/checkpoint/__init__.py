@@ -3,7 +3,7 @@
 save_checkpoint(obj, path) stores every wrapped Module of obj: its inner module's weights (safetensors),
 the chosen backend's spec, JSON state and artifacts, its signature and tuning device. load_checkpoint(obj,
 path, device_map) checks every part, then restores weights and backends into obj. Nothing is pickled, and
-nothing a checkpoint names is imported: its classes must be known (aitune_ray/registry.py).
+nothing a checkpoint names is imported: its classes must be known (aitune_ray/records/registry.py).
 """
 
 from __future__ import annotations

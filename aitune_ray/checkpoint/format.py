@@ -24,7 +24,7 @@ from typing import IO, Any, ClassVar, Optional, Union
 
 from aitune_ray.errors import (CheckpointError, CheckpointIntegrityError, CheckpointSignatureError,
                                CheckpointVersionError, ConfigError)
-from aitune_ray.validate import from_data
+from aitune_ray.records.validate import from_data
 from aitune_ray.version import __version__
 
 FORMAT_NAME = "aitune-ray-checkpoint"
@@ -42,7 +42,7 @@ _SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-# ----- the manifest's schema (checked with aitune_ray.validate; keys not declared here are ignored) -----
+# ----- the manifest's schema (checked with aitune_ray.records.validate; keys not declared here are ignored) -----
 @dataclasses.dataclass
 class PartRecord:
     open_keys: ClassVar[bool] = True

@@ -24,12 +24,12 @@ from aitune_ray.checkpoint.artifact_check import check_artifacts
 from aitune_ray.checkpoint.config_check import check_configs
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
-from aitune_ray.device import resolve_device
+from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import (AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError,
                                UnknownClassError)
-from aitune_ray.module import Module, find_modules
-from aitune_ray.registry import untrusted
-from aitune_ray.wrapping import plain_module_at, put
+from aitune_ray.api.module import Module, find_modules
+from aitune_ray.records.registry import untrusted
+from aitune_ray.model.wrapping import plain_module_at, put
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.weights import save_weights
-from aitune_ray.device import module_device
+from aitune_ray.runtime.device import module_device
 from aitune_ray.errors import AITuneRayError, CheckpointError
-from aitune_ray.imports import short_name
-from aitune_ray.module import Module, ModuleState, find_modules
+from aitune_ray.records.imports import short_name
+from aitune_ray.api.module import Module, ModuleState, find_modules
 
 logger = logging.getLogger(__name__)
 

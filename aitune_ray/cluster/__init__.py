@@ -1,7 +1,7 @@
 """Executors: where candidate builds run. Only this package talks to Ray, and only lazily."""
 
-from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.inline import InlineExecutor
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
+from aitune_ray.executors.inline import InlineExecutor
 
 __all__ = ["Executor", "RunHandle", "TuneContext", "InlineExecutor", "RayExecutor", "RayKernelOptimizer"]
 

@@ -16,7 +16,7 @@ import torch
 
 from aitune_ray.backend.backend import Backend, BackendState, import_class
 from aitune_ray.errors import BuildError
-from aitune_ray.results import BuildResult
+from aitune_ray.records.results import BuildResult
 
 
 class DetachedBackend(Backend):

@@ -1,4 +1,4 @@
-"""aitune-ray doctor on a Ray cluster: aitune_ray.doctor.machine_report() run once on every alive node.
+"""aitune-ray doctor on a Ray cluster: aitune_ray.executors.doctor.machine_report() run once on every alive node.
 
 Each report runs as a task pinned to its node that reserves no GPU, with Ray told not to hide the node's
 GPUs from it, so it sees what a tuner actor there would see without waiting for a busy GPU.
@@ -11,7 +11,7 @@ import logging
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from aitune_ray.doctor import machine_report
+from aitune_ray.executors.doctor import machine_report
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import ray
 import torch
 
 from aitune_ray.cluster.session import tensors_of_sample
-from aitune_ray.device import parse_device
+from aitune_ray.runtime.device import parse_device
 from aitune_ray.errors import DeviceError
-from aitune_ray.executor import TuneContext
+from aitune_ray.worker.seam import TuneContext
 from aitune_ray.measure.turns import shares_gpu
 
 logger = logging.getLogger(__name__)

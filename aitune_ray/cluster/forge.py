@@ -43,16 +43,16 @@ from aitune_ray.backend.backend import Planner, backend_class_of
 from aitune_ray.cluster.forge_tasks import Cancelled, Scheduler, Work
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
-from aitune_ray.device import module_device
-from aitune_ray.executor import failed_plan
+from aitune_ray.runtime.device import module_device
+from aitune_ray.worker.seam import failed_plan
 from aitune_ray.kernel_forge.optimizer import BenchmarkJob, FunctionSearch, KernelOptimizer
 from aitune_ray.kernel_forge.profiler import uses_cuda
 from aitune_ray.kernel_forge.runner import ForgeRunner
 from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError, profile_in_child
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.measure.turns import turns_for
-from aitune_ray.results import BuildResult, CandidateJob
-from aitune_ray.samples import move
+from aitune_ray.records.results import BuildResult, CandidateJob
+from aitune_ray.model.samples import move
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import time
 from typing import Any, Iterator
 
 from aitune_ray.cluster.tasks import TaskRunner
-from aitune_ray.failures import outcome
+from aitune_ray.records.failures import outcome
 from aitune_ray.kernel_forge.records import OK
 
 

@@ -21,13 +21,13 @@ from typing import Iterator
 
 import ray
 
-import aitune_ray.artifacts as artifacts
+import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import plan_key_of
 from aitune_ray.cluster.schedule import Request
 from aitune_ray.errors import BuildError
-from aitune_ray.executor import RunHandle, TuneContext
-from aitune_ray.failures import outcome, revive_exception
-from aitune_ray.results import CANCELLED, ERROR, BuildResult, CandidateJob
+from aitune_ray.worker.seam import RunHandle, TuneContext
+from aitune_ray.records.failures import outcome, revive_exception
+from aitune_ray.records.results import CANCELLED, ERROR, BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 

@@ -36,13 +36,13 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from aitune_ray import tempdirs
-from aitune_ray.device import module_device
+from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime.device import module_device
 from aitune_ray.errors import AITuneRayError
-from aitune_ray.failures import short
+from aitune_ray.records.failures import short
 from aitune_ray.kernel_forge.function_samples import FunctionData
 from aitune_ray.kernel_forge.profiler import PROFILE_COLUMNS, iter_calls
-from aitune_ray.samples import map_structure, tensors_of
+from aitune_ray.model.samples import map_structure, tensors_of
 
 logger = logging.getLogger(__name__)
 

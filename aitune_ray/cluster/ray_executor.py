@@ -30,7 +30,7 @@ from typing import Callable
 import ray
 import torch
 
-import aitune_ray.artifacts as artifacts
+import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
 from aitune_ray.cluster.detached import DetachedBackend
 from aitune_ray.cluster.driver_gpu import DriverGpu
@@ -44,9 +44,9 @@ from aitune_ray.cluster.starting import Background
 from aitune_ray.cluster.tasks import Task
 from aitune_ray.cluster.timing_calls import TimingCalls
 from aitune_ray.errors import ConfigError
-from aitune_ray.executor import Executor, RunHandle, TuneContext
-from aitune_ray.results import CRASHED, OOM, TIMED_OUT, BuildResult, CandidateJob
-from aitune_ray.warm_up import WARM_UP_MODES
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
+from aitune_ray.records.results import CRASHED, OOM, TIMED_OUT, BuildResult, CandidateJob
+from aitune_ray.runtime.warm_up import WARM_UP_MODES
 
 __all__ = ["RayExecutor", "check_reachable"]
 
@@ -69,7 +69,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
     cpus_per_actor: the CPUs Ray reserves for each actor (its compile workers use its share of the node's).
     task_timeout_s: a candidate running longer is "timed out" and its actor is killed and replaced.
     max_actor_restarts: replacements after failures, per actor slot; a slot past it is retired.
-    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.artifacts).
+    artifact_dir / inline_artifact_limit_mb: how artifacts return (see aitune_ray.records.artifacts).
     log_dir: each actor's own log file goes here, and its work folder while it lives (default: a new
         temporary directory, removed at close unless a worker crashed, hung or ran out of memory).
     progress: called with a dict per candidate event; the same is logged on "aitune_ray.progress".
@@ -78,7 +78,7 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         resource label its nodes carry; aitune_ray.cluster.kinds): actors go only to nodes of that kind, and
         a cluster without one is refused at open(). None: any node.
     warm_up: what each GPU actor does as it starts, on a thread of its own until its first task stops it
-        (aitune_ray.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
+        (aitune_ray.runtime.warm_up): "compile" compiles a small function (Inductor's and Triton's first use is
         paid there), "imports" only starts the compile workers and imports the compiler, "off" nothing.
     """
 

@@ -16,16 +16,16 @@ from pathlib import Path
 import ray
 import torch
 
-from aitune_ray import tempdirs
-from aitune_ray.bytecode import advice, uncached
+from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime.bytecode import advice, uncached
 from aitune_ray.cluster import kinds, layout, lean_start
 from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.pool import ActorPool
 from aitune_ray.cluster.schedule import Schedule
 from aitune_ray.cluster.starting import Background
 from aitune_ray.errors import ClusterError, ConfigError
-from aitune_ray.executor import TuneContext
-from aitune_ray.results import CandidateJob
+from aitune_ray.worker.seam import TuneContext
+from aitune_ray.records.results import CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def stop_local_monitor() -> bool:
 
 
 def tensors_of_sample(sample) -> list[torch.Tensor]:
-    from aitune_ray.samples import tensors_of
+    from aitune_ray.model.samples import tensors_of
 
     return tensors_of((sample.args, sample.kwargs, sample.outputs))
 

@@ -21,7 +21,7 @@ from typing import Any
 import ray
 
 from aitune_ray.cluster.pool import ActorPool, Slot
-from aitune_ray.failures import Failure, classify
+from aitune_ray.records.failures import Failure, classify
 
 
 @dataclasses.dataclass(eq=False)

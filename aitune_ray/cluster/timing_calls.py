@@ -15,14 +15,14 @@ from pathlib import Path
 
 from aitune_ray.cluster.schedule import Request
 from aitune_ray.decision.session import Session
-from aitune_ray.device import gpu_identity
+from aitune_ray.runtime.device import gpu_identity
 from aitune_ray.errors import BuildError
-from aitune_ray.executor import TuneContext
-from aitune_ray.failures import classify, outcome
+from aitune_ray.worker.seam import TuneContext
+from aitune_ray.records.failures import classify, outcome
 from aitune_ray.measure.timing import Timing, profile_samples
 from aitune_ray.measure.turns import turns_for
-from aitune_ray.results import ERROR, BuildResult
-from aitune_ray.worker import confirm_session, confirmed, finalist
+from aitune_ray.records.results import ERROR, BuildResult
+from aitune_ray.worker.core import confirm_session, confirmed, finalist
 
 logger = logging.getLogger(__name__)
 

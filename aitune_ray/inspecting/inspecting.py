@@ -8,12 +8,12 @@ from typing import Any, Callable
 
 import torch
 
-from aitune_ray.dataloader import cycled
+from aitune_ray.model.dataloader import cycled
 from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError
 from aitune_ray.inspecting.finder import ModuleFinder, synchronize
 from aitune_ray.inspecting.module_info import InspectedModulesInfo
 from aitune_ray.measure.timing import clock_in_use
-from aitune_ray.tuning import _calls_as_given, _calls_batched, _func_name
+from aitune_ray.api.tuning import _calls_as_given, _calls_batched, _func_name
 
 logger = logging.getLogger(__name__)
 

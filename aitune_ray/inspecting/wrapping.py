@@ -7,7 +7,7 @@ from typing import Any
 
 from aitune_ray.errors import ConfigError
 from aitune_ray.inspecting.module_info import InspectedModulesInfo, ModuleInfo
-from aitune_ray.module import Module
+from aitune_ray.api.module import Module
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from aitune_ray.device import gpu_identity
-from aitune_ray.failures import outcome
+from aitune_ray.runtime.device import gpu_identity
+from aitune_ray.records.failures import outcome
 from aitune_ray.kernel_forge.function_samples import (
     FunctionData, FunctionSample, as_function_data, benchmark_mix, device_of, fresh_copy)
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import (
@@ -30,7 +30,7 @@ from aitune_ray.kernel_forge.records import (
     ERROR, OK, ORIGINAL, REJECTED, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
 from aitune_ray.measure.correctness import CorrectnessReport, compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, Timing, measure
-from aitune_ray.samples import tensors_of
+from aitune_ray.model.samples import tensors_of
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from aitune_ray.samples import detach_clone, map_structure, tensors_of
+from aitune_ray.model.samples import detach_clone, map_structure, tensors_of
 
 
 class FunctionSample(NamedTuple):

@@ -36,7 +36,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from aitune_ray.measure.conditions import mark_cupti_attached
 from aitune_ray.kernel_forge.function_samples import FunctionData, keep_sample, sample_key, tensor_bytes
-from aitune_ray.samples import tensors_of
+from aitune_ray.model.samples import tensors_of
 
 if TYPE_CHECKING:
     import pandas as pd

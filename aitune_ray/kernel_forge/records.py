@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from aitune_ray.results import ERROR, OK, OOM, REJECTED, TIMED_OUT
+from aitune_ray.records.results import ERROR, OK, OOM, REJECTED, TIMED_OUT
 
 UNSUPPORTED = "unsupported"   # prepare() said a sample is not supported (or a library is missing)
 ORIGINAL = "original"         # the description of the unreplaced function's own record

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Future
 from typing import Iterable
 
-from aitune_ray.failures import outcome
+from aitune_ray.records.failures import outcome
 from aitune_ray.kernel_forge.evaluate import benchmark_provider, outcome_from_result
 from aitune_ray.kernel_forge.function_samples import device_of
 from aitune_ray.kernel_forge.records import OK, UNSUPPORTED, ProviderBenchmark

@@ -21,7 +21,7 @@ from aitune_ray.kernel_forge.evaluate import benchmark_original, benchmark_provi
 from aitune_ray.kernel_forge.function_samples import FunctionData, FunctionSample, fresh_copy
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import kernel_provider_from_dict
 from aitune_ray.measure.timing import MeasureConfig, paired_rounds
-from aitune_ray.samples import move
+from aitune_ray.model.samples import move
 
 logger = logging.getLogger(__name__)
 

@@ -135,7 +135,7 @@ _clock: Callable[[], float] = time.perf_counter
 
 def clock_in_use() -> Callable[[], float] | None:
     """The clock use_clock() set, or None for the real one (time.perf_counter): what a process that measures
-    for this one (a contained build, aitune_ray.build_process) must read too."""
+    for this one (a contained build, aitune_ray.executors.build_process) must read too."""
     return None if _clock is time.perf_counter else _clock
 
 

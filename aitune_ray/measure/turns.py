@@ -26,7 +26,7 @@ from typing import Iterator
 
 import torch
 
-from aitune_ray.device import gpu_uuid
+from aitune_ray.runtime.device import gpu_uuid
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from aitune_ray.results import OK, REJECTED, BuildResult
+from aitune_ray.records.results import OK, REJECTED, BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _config_text
 
 #: Kinds of verdict, which set how a candidate is drawn and coloured.

@@ -14,7 +14,7 @@ import io
 
 from aitune_ray.report.answer import CHOSEN, FAILED, LOST, PASSED, UNDECIDED, figures, label, verdict
 from aitune_ray.report.events import Span
-from aitune_ray.results import CANCELLED, CRASHED, ERROR, OK, OOM, REJECTED, TIMED_OUT
+from aitune_ray.records.results import CANCELLED, CRASHED, ERROR, OK, OOM, REJECTED, TIMED_OUT
 from aitune_ray.tune_strategy.report import ModuleReport
 
 DPI = 100

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from aitune_ray.results import BuildResult
+from aitune_ray.records.results import BuildResult
 from aitune_ray.tune_strategy.report import ModuleReport, _num
 
 _BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")

@@ -6,7 +6,7 @@
   procedure over hundreds of tunings in seconds.
 
 Use ``with aitune_ray.measure.timing.use_clock(SIM_CLOCK): ...`` so that timings read the simulated clock; the
-inline executor's contained builds (child processes) read it too (aitune_ray.build_process sends the clock in
+inline executor's contained builds (child processes) read it too (aitune_ray.executors.build_process sends the clock in
 use); Ray's actors read their own real clock.
 """
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from aitune_ray.backend import Backend, BackendConfig
-from aitune_ray.samples import SampleStore
+from aitune_ray.model.samples import SampleStore
 
 SIM_CALLS: collections.Counter = collections.Counter()     # "infer:<tag>:<batch size>" -> calls
 

@@ -22,7 +22,7 @@ from aitune_ray.decision.rule import Rule, judge
 from aitune_ray.decision.verdict import Judgement
 from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
 from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
-from aitune_ray.results import BuildResult
+from aitune_ray.records.results import BuildResult
 
 logger = logging.getLogger(__name__)
 

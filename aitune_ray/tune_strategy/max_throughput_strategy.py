@@ -7,7 +7,7 @@ import logging
 from aitune_ray.backend.backend import class_path
 from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatchConfig
 from aitune_ray.decision import DISPATCH
-from aitune_ray.results import OK, BuildResult
+from aitune_ray.records.results import OK, BuildResult
 from aitune_ray.tune_strategy.profiling_strategy import ProfilingStrategy
 
 logger = logging.getLogger(__name__)

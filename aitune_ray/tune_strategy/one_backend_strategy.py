@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.errors import BuildError, CorrectnessError
-from aitune_ray.results import REJECTED
+from aitune_ray.records.results import REJECTED
 from aitune_ray.report.verdict import diagnostic_failed_text, unmeasured_text
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy
 from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode

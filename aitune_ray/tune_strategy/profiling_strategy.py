@@ -5,7 +5,7 @@ those wins. MaxThroughput, MinLatency and LatencyBudget are its policies (AITune
 from __future__ import annotations
 
 from aitune_ray.decision import Objective, Verdict, shortlist
-from aitune_ray.results import BuildResult
+from aitune_ray.records.results import BuildResult
 from aitune_ray.tune_strategy.tune_strategy import TuneStrategy, failures_text
 
 

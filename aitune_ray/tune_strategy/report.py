@@ -7,7 +7,7 @@ import math
 
 from aitune_ray.backend.backend import config_defaults
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import BuildResult
+from aitune_ray.records.results import BuildResult
 
 # Eager's ms/call moving by this factor between its first timing and the re-measure, within one tuning, is
 # said in the report: on a GPU, clocks move a GPU-bound call by a few percent; a call that moves this much is

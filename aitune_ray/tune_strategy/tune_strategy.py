@@ -12,10 +12,10 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.decision import Objective, Rule, Session, Verdict, choose
 from aitune_ray.decision.screen import MAX_FINALISTS, SCREEN_ROUNDS
 from aitune_ray.errors import ConfigError
-from aitune_ray.executor import Executor, RunHandle, TuneContext
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
 from aitune_ray.measure.timing import MeasureConfig, summary
-from aitune_ray.max_batch import check_limit
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.model.max_batch import check_limit
+from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.tune_strategy.defaults import default_backends
 from aitune_ray.tune_strategy.report import ModuleReport
 from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode, speedup_ratio, validation_mode
@@ -119,7 +119,7 @@ class TuneStrategy(ABC):
 
     def enable_find_max_batch_size(self, enable: bool = True, *, limit: int | None = None) -> "TuneStrategy":
         """Before tuning, find the largest batch the module runs on the device (doubling, then bisection)
-        and add it to the recorded batch sizes (see aitune_ray.max_batch). limit: the largest batch tried
+        and add it to the recorded batch sizes (see aitune_ray.model.max_batch). limit: the largest batch tried
         (default: max_batch.CPU_LIMIT on the CPU). Off by default here, on in AITune's AOT workflow."""
         if not isinstance(enable, bool):
             raise ConfigError(f"enable_find_max_batch_size takes a bool, got {enable!r}")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from aitune_ray.frames import own_frame
+from aitune_ray.runtime.frames import own_frame
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of, fresh_copy
 from aitune_ray.kernel_forge.kernel_provider.kernel_generator import KernelGenerationResult, KernelGenerator
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider

@@ -25,13 +25,13 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from aitune_ray import tempdirs
+from aitune_ray.runtime import tempdirs
 from aitune_ray.backend.backend import Backend
 from aitune_ray.decision.session import Session
-from aitune_ray.failures import outcome
+from aitune_ray.records.failures import outcome
 from aitune_ray.measure.timing import MeasureConfig, Timing
-from aitune_ray.results import BuildResult, CandidateJob
-from aitune_ray.samples import SampleStore
+from aitune_ray.records.results import BuildResult, CandidateJob
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 progress_logger = logging.getLogger("aitune_ray.progress")
@@ -75,7 +75,7 @@ class Executor(ABC):
     # Capabilities (a wrapper such as run_dir.JournalingExecutor passes each on):
     # watch_build(context, job, in_process): a context manager that an inline build runs in (in_process: in
     # this very process, where its crash ends the process). A run folder's journal sets it to record the
-    # build as started, and a fatal signal during it (aitune_ray.run_dir); None: nobody watches.
+    # build as started, and a fatal signal during it (aitune_ray.executors.run_dir); None: nobody watches.
     watch_build: Callable[["TuneContext", CandidateJob, bool], Any] | None = None
     # True where every module's work shares one job-level schedule, so that modules are tuned at once (each on
     # a driver thread of its own) and each decides as soon as its own work is done; else one after another
@@ -108,7 +108,7 @@ class Executor(ABC):
 
     def resolve_device(self, device) -> torch.device:
         """The device to tune for. Here: one this process has (None: its GPU, else the CPU)."""
-        from aitune_ray.device import resolve_device
+        from aitune_ray.runtime.device import resolve_device
 
         return resolve_device(device)
 

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from aitune_ray import tempdirs
+from aitune_ray.runtime import tempdirs
 from aitune_ray.errors import CheckpointError, CheckpointIntegrityError
 
 

@@ -116,7 +116,7 @@ def run_command(args: argparse.Namespace) -> int:
         say("report: " + ", ".join(str(p) for p in written.values()))
         return EXIT_OK
     if args.command == "inspect":
-        from aitune_ray.inspection import inspect_command
+        from aitune_ray.checkpoint.inspection import inspect_command
 
         return inspect_command(args, say)
     if args.command == "doctor":
@@ -125,7 +125,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def doctor_command(args: argparse.Namespace) -> int:
-    from aitune_ray import doctor
+    from aitune_ray.executors import doctor
 
     if args.address:
         try:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_JOB
     # Library logs go to stderr (warnings by default, -q fewer, -v more); progress and results go to stdout.
     global _quiet
-    from aitune_ray.logs import LogSetup
+    from aitune_ray.command.logs import LogSetup
 
     _quiet = args.quiet
     try:
@@ -163,7 +163,7 @@ def tune_command(args: argparse.Namespace) -> int:
     # a console script does not put it on sys.path by itself.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    from aitune_ray.job import load_jobs
+    from aitune_ray.command.job import load_jobs
 
     try:
         jobs = load_jobs(args.job)
@@ -211,7 +211,7 @@ def check_writable(job) -> None:
 
 
 def apply_overrides(job, args: argparse.Namespace, several: bool = False) -> None:
-    from aitune_ray.job import DEVICE_PATTERN
+    from aitune_ray.command.job import DEVICE_PATTERN
 
     for option in ("output", "report"):
         if several and getattr(args, option):
@@ -237,7 +237,7 @@ def open_run_folder(job, args: argparse.Namespace, several: bool = False):
     In a job of several models each has its own: --run-dir is then their parent folder."""
     import hashlib
 
-    from aitune_ray.run_dir import RunFolder
+    from aitune_ray.executors.run_dir import RunFolder
 
     what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
@@ -253,7 +253,7 @@ def open_run_folder(job, args: argparse.Namespace, several: bool = False):
 
 # ----- the run ---------------------------------------------------------------------------------------
 def progress_view(args: argparse.Namespace):
-    from aitune_ray.progress import ProgressView
+    from aitune_ray.command.progress import ProgressView
 
     return ProgressView(sys.stdout, json_lines=args.log_json, enabled=not args.quiet)
 
@@ -298,7 +298,7 @@ class _Model:
 def _run_jobs(jobs: list, job_path: Path, recorder, folders: list) -> int:
     import torch
 
-    from aitune_ray.tuning import run_modules
+    from aitune_ray.api.tuning import run_modules
 
     executor = make_executor(jobs[0], recorder)   # the executor and device are the job's, shared by its models
     started = time.perf_counter()
@@ -325,9 +325,9 @@ def _run_jobs(jobs: list, job_path: Path, recorder, folders: list) -> int:
 
 def _prepare(model: _Model, executor, device, local, several: bool) -> list[tuple]:
     """Build the model, wrap its modules, record its data: (module, device, executor) to tune."""
-    from aitune_ray.job import move_to, wrap_modules
-    from aitune_ray.run_dir import journaled
-    from aitune_ray.tuning import _calls_as_given, _record, _unique_names
+    from aitune_ray.command.job import move_to, wrap_modules
+    from aitune_ray.executors.run_dir import journaled
+    from aitune_ray.api.tuning import _calls_as_given, _record, _unique_names
 
     job = model.job
     model.root, model.modules = wrap_modules(job.make_model(), job.module_specs(), lambda: job.make_strategy(device))
@@ -348,10 +348,10 @@ def _prepare(model: _Model, executor, device, local, several: bool) -> list[tupl
 def _finish(model: _Model, outcomes: list, job_path: Path, device, local, tuned_s: float, recorder,
             several: bool) -> int:
     """One model's report, checkpoint and its check."""
-    from aitune_ray.own_checkpoint import OwnCheckpoint
+    from aitune_ray.checkpoint.own import OwnCheckpoint
     from aitune_ray.report import summary
     from aitune_ray.report.fitness import host_state
-    from aitune_ray.tuning import collect_reports
+    from aitune_ray.api.tuning import collect_reports
 
     job, root, check = model.job, model.root, {}
     report = collect_reports(outcomes)
@@ -391,7 +391,7 @@ def on_device(dataset, device):
     """Yield dataset items with their tensors moved to device."""
     import torch
 
-    from aitune_ray.samples import move
+    from aitune_ray.model.samples import move
 
     if isinstance(dataset, torch.Tensor):
         dataset = [dataset]
@@ -411,9 +411,9 @@ def check_checkpoint(job, root, output, device) -> dict:
     """Load the checkpoint into a fresh model and compare its outputs with the tuned model's on one item."""
     import torch
 
-    from aitune_ray.job import move_to, wrap_modules
+    from aitune_ray.command.job import move_to, wrap_modules
     from aitune_ray.measure.correctness import compare_outputs
-    from aitune_ray.samples import tensors_of
+    from aitune_ray.model.samples import tensors_of
 
     try:
         fresh, _ = wrap_modules(job.make_model(), job.module_specs())
@@ -441,7 +441,7 @@ def check_checkpoint(job, root, output, device) -> dict:
 def check_loaded_speed(job, root, output, device) -> dict:
     """Each module, loaded from the checkpoint as a user loads it, timed against eager in paired rounds on its
     recorded samples: its speedup as loaded, for the report (information only; the tuning decided)."""
-    from aitune_ray.job import move_to, wrap_modules
+    from aitune_ray.command.job import move_to, wrap_modules
 
     fresh, _ = wrap_modules(job.make_model(), job.module_specs())
     move_to(fresh, device)
@@ -451,7 +451,7 @@ def check_loaded_speed(job, root, output, device) -> dict:
 
 def _time_loaded(root, fresh, device) -> dict:
     from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
-    from aitune_ray.module import find_modules
+    from aitune_ray.api.module import find_modules
     from aitune_ray.report.verdict import interval_text
     from aitune_ray.tune_strategy.deploy import time_deployed
 
@@ -498,14 +498,14 @@ def write_report(job, job_path: Path, device, report, elapsed_s: float, check: d
 # ----- executors and progress ------------------------------------------------------------------------
 def make_executor(job, progress=None):
     """The job's executor, reporting progress to progress(event); an "auto" type is decided here (the rule:
-    aitune_ray/executor_choice.py), said in one line, and recorded in the job. The inline path never imports Ray."""
-    from aitune_ray.executor_choice import choose_executor
+    aitune_ray/executors/choice.py), said in one line, and recorded in the job. The inline path never imports Ray."""
+    from aitune_ray.executors.choice import choose_executor
 
     choice = choose_executor(job.executor.type, job.executor.address, job.device)
     say(choice.line())
     job.executor.type = choice.kind
     if job.executor.type == "inline":
-        from aitune_ray.inline import InlineExecutor
+        from aitune_ray.executors.inline import InlineExecutor
 
         return InlineExecutor(progress=progress, contain=job.executor.contain,
                               task_timeout_s=job.executor.task_timeout_s,

@@ -24,7 +24,7 @@ import logging
 from typing import Iterable, Iterator
 
 from aitune_ray.errors import ConfigError, UnknownClassError
-from aitune_ray.imports import class_path, import_class, short_name
+from aitune_ray.records.imports import class_path, import_class, short_name
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from aitune_ray.imports import short_name
+from aitune_ray.records.imports import short_name
 from aitune_ray.measure.correctness import CorrectnessReport
 from aitune_ray.measure.timing import Timing
 

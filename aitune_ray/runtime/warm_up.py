@@ -59,7 +59,7 @@ def _first_compile() -> None:
 
 def _torchao_import() -> None:
     if importlib.util.find_spec("torchao") is not None:
-        from aitune_ray.quiet import import_quietly
+        from aitune_ray.runtime.quiet import import_quietly
 
         import_quietly("torchao.quantization")
 

@@ -15,12 +15,12 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from aitune_ray.dataloader import batches
-from aitune_ray.executor import Executor, TuneContext
-from aitune_ray.device import resolve_device
+from aitune_ray.model.dataloader import batches
+from aitune_ray.worker.seam import Executor, TuneContext
+from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, RecordingError, RunFolderError
-from aitune_ray.max_batch import find_max_batch_sizes
-from aitune_ray.recording import ModuleState, recording_session
+from aitune_ray.model.max_batch import find_max_batch_sizes
+from aitune_ray.model.recording import ModuleState, recording_session
 from aitune_ray.tune_strategy.deploy import deploy_checked
 from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
 
@@ -61,11 +61,11 @@ def _opened(executor: Executor | str | None, device=None) -> Iterator[Executor]:
 
 
 def default_executor(device=None, requested: str | None = None) -> Executor:
-    """The executor aitune_ray.executor_choice picks for tuning on device: RayExecutor (local single-node mode,
+    """The executor aitune_ray.executors.choice picks for tuning on device: RayExecutor (local single-node mode,
     or the cluster RAY_ADDRESS names) or InlineExecutor. requested ("ray", "inline" or "auto"), else
     AITUNE_RAY_EXECUTOR=inline or =ray, decides instead."""
-    from aitune_ray.executor_choice import INLINE, RAY, choose_executor
-    from aitune_ray.inline import InlineExecutor
+    from aitune_ray.executors.choice import INLINE, RAY, choose_executor
+    from aitune_ray.executors.inline import InlineExecutor
 
     if requested is not None and requested not in (RAY, INLINE, "auto"):
         raise ConfigError(f"executor {requested!r}: give an Executor, or 'ray', 'inline' or 'auto'")
@@ -126,12 +126,12 @@ def tune_modules(modules: Iterable, device=None, executor: Executor | str | None
     """Tune the modules: all at once on an executor with one job-level schedule (every module's work in
     one queue, each module deciding as soon as its own work is done), else one after another. A module that
     fails stays eager, with the reason logged and reported; it never stops another.
-    run_dir: a run folder (path or aitune_ray.run_dir.RunFolder) that journals the run and resumes it."""
+    run_dir: a run folder (path or aitune_ray.executors.run_dir.RunFolder) that journals the run and resumes it."""
     modules = list(modules)
     _unique_names(modules)
     with _opened(executor, device) as executor:
         if run_dir is not None:
-            from aitune_ray.run_dir import journaled
+            from aitune_ray.executors.run_dir import journaled
 
             executor = journaled(executor, run_dir)
         try:
@@ -359,7 +359,7 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
     each (default: every full batch). A DataLoaderFactory gives its own loader.
     call_as_given=True calls func once per item as given instead (a tuple is unpacked into arguments, a
     dict into keywords), for pipelines whose inputs cannot be batched.
-    executor: an Executor, or "ray", "inline" or "auto" (None: aitune_ray.executor_choice picks).
+    executor: an Executor, or "ray", "inline" or "auto" (None: aitune_ray.executors.choice picks).
     dry_run: record and log what would be tuned; build nothing, the modules stay recording.
     ignore_failing_modules: a module that fails stays eager and tuning goes on (False: raise).
     clear_cache: accepted for AITune code; nothing is cached between runs here (work folders are

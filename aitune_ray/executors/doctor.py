@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from aitune_ray.bytecode import advice, uncached
+from aitune_ray.runtime.bytecode import advice, uncached
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def library_status(name: str) -> dict:
     try:
         if importlib.util.find_spec(name.partition(".")[0]) is None:
             return {"version": version, "ok": False, "error": "not installed", "extra": extra}
-        from aitune_ray.quiet import import_quietly
+        from aitune_ray.runtime.quiet import import_quietly
 
         module = import_quietly(name)
     except Exception as exc:  # noqa: BLE001 - a broken install raises anything

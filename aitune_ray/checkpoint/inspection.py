@@ -17,7 +17,7 @@ from typing import Any, Callable
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.errors import CheckpointError
-from aitune_ray.imports import short_name
+from aitune_ray.records.imports import short_name
 
 EXIT_OK, EXIT_BAD = 0, 1
 

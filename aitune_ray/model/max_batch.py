@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import torch
 
-from aitune_ray.device import resolve_device
+from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import ConfigError
-from aitune_ray.samples import Sample, map_structure
+from aitune_ray.model.samples import Sample, map_structure
 
 logger = logging.getLogger(__name__)
 

@@ -41,14 +41,14 @@ from typing import Any, Iterator
 
 import torch
 
-import aitune_ray.artifacts as artifacts
+import aitune_ray.records.artifacts as artifacts
 import aitune_ray.version as version
-from aitune_ray.executor import Executor, RunHandle, TuneContext
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
 from aitune_ray.errors import ConfigError, RunFolderError
-from aitune_ray.failures import NotRun, log_hint
+from aitune_ray.records.failures import NotRun, log_hint
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, CRASHED, BuildResult, CandidateJob
-from aitune_ray.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
+from aitune_ray.records.results import CANCELLED, CRASHED, BuildResult, CandidateJob
+from aitune_ray.model.samples import PLAIN_TYPES, Sample, SampleStore, tensors_of
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """InlineExecutor: every candidate one after another on this machine, on the worker core. No Ray.
 
-With contain=True each build runs in a child process of its own (aitune_ray.build_process): a build that
+With contain=True each build runs in a child process of its own (aitune_ray.executors.build_process): a build that
 crashes, hangs past task_timeout_s or runs out of memory is that candidate's result, as on Ray. With
 contain=False (the default of the class, for debugging: breakpoints and in-process state work) builds run in
 this very process and nothing is contained: a segfaulting build ends the process, a hanging one hangs it.
-Either way a journal (aitune_ray.run_dir) records each candidate as started before its build, so that a
+Either way a journal (aitune_ray.executors.run_dir) records each candidate as started before its build, so that a
 resume after a build took the process down records that candidate as crashed instead of building it again.
 """
 
@@ -18,16 +18,16 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from aitune_ray import tempdirs
+from aitune_ray.runtime import tempdirs
 from aitune_ray.backend.backend import Backend, backend_class_of, plan_key_of
-from aitune_ray.device import gpu_identity
+from aitune_ray.runtime.device import gpu_identity
 from aitune_ray.errors import ConfigError
 from aitune_ray.decision.session import CONFIRM_ROUNDS, Session
-from aitune_ray.executor import Executor, RunHandle, TuneContext, failed_plan
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext, failed_plan
 from aitune_ray.kernel_forge.runner import LocalRunner
 from aitune_ray.measure.timing import Timing
-from aitune_ray.results import CANCELLED, ERROR, BuildResult, CandidateJob
-from aitune_ray.worker import Worker, confirmed, finalist
+from aitune_ray.records.results import CANCELLED, ERROR, BuildResult, CandidateJob
+from aitune_ray.worker.core import Worker, confirmed, finalist
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class _InlineHandle(RunHandle):
             watch = ex.watch_build(ctx, job, not ex.contain) if ex.watch_build else contextlib.nullcontext()
             with watch:
                 if ex.contain:
-                    from aitune_ray.build_process import run_in_child
+                    from aitune_ray.executors.build_process import run_in_child
 
                     result = run_in_child(ctx.name, ctx.module, ctx.samples, ctx.device, job, ctx.workdir,
                                           ex.task_timeout_s, where)
@@ -75,12 +75,12 @@ class _InlineHandle(RunHandle):
 
 
 class InlineExecutor(Executor):
-    """Runs builds sequentially in the calling process, on one worker core (aitune_ray.worker).
+    """Runs builds sequentially in the calling process, on one worker core (aitune_ray.worker.core).
 
     remeasure_rounds: paired shuffled rounds per recorded batch size of the confirm session
     (aitune_ray.decision; default CONFIRM_ROUNDS). 0 runs no session: then eager is kept unless performance
     validation is off.
-    progress: called with each progress event (aitune_ray.executor).
+    progress: called with each progress event (aitune_ray.worker.seam).
     contain: build each candidate in a child process of its own (see the module docstring); the chosen
     and the re-measured candidates are then restored here from their results, as a Ray driver does.
     task_timeout_s: with contain, a build running longer is killed and "timed out".

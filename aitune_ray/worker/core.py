@@ -27,14 +27,14 @@ from typing import Any, Callable
 
 import torch
 
-import aitune_ray.artifacts as artifacts
+import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
-from aitune_ray.candidate import run_candidate
-from aitune_ray.failures import outcome
+from aitune_ray.worker.candidate import run_candidate
+from aitune_ray.records.failures import outcome
 from aitune_ray.kernel_forge.tasks import TIMED_TASKS, ForgeTasks
 from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
 from aitune_ray.measure.turns import turns_for
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.records.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class Worker:
         return result
 
     def pack(self, name: str, result: BuildResult, limit_bytes: int, artifact_dir: str | None) -> dict[str, Path]:
-        """Make result's artifacts travel (aitune_ray.artifacts.pack); returns the files too large for
+        """Make result's artifacts travel (aitune_ray.records.artifacts.pack); returns the files too large for
         both ways, for the caller to ship. A failure makes the result an error, and its build is dropped."""
         if not result.ok:
             return {}
@@ -331,7 +331,7 @@ def confirmed(results: list[BuildResult], out: dict):
 
 def as_user_calls(module: torch.nn.Module, backend: Backend) -> torch.nn.Module:
     """backend behind the wrapper a user calls (aitune_ray.Module), on module."""
-    from aitune_ray.registry import user_wrapper
+    from aitune_ray.records.registry import user_wrapper
 
     wrapper = user_wrapper()(module, name="confirm")
     wrapper.use_backend(backend)

@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend
-from aitune_ray.registry import set_user_wrapper
-from aitune_ray.dynamic_shapes import check_dynamic_shapes
+from aitune_ray.records.registry import set_user_wrapper
+from aitune_ray.model.dynamic_shapes import check_dynamic_shapes
 from aitune_ray.errors import AITuneRayError, ConfigError, RecordingError
-from aitune_ray.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
-from aitune_ray.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
+from aitune_ray.model.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
+from aitune_ray.model.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
 
 logger = logging.getLogger(__name__)
 
@@ -126,19 +126,19 @@ class Module(nn.Module):
         nothing. A module that fails to tune stays eager; the failure is logged and kept in self.failure.
         The strategy's own errors (OneBackendStrategy's failed build or check) are raised after that.
         """
-        from aitune_ray.tuning import tune_modules
+        from aitune_ray.api.tuning import tune_modules
 
         own = self.strategy
         if strategy is not None:
             self.strategy = strategy
         try:
             if dry_run:
-                from aitune_ray.tuning import _dry_run
+                from aitune_ray.api.tuning import _dry_run
 
                 _dry_run([self], device)
                 return None
-            from aitune_ray.max_batch import find_max_batch_sizes
-            from aitune_ray.tuning import _devices_are_local
+            from aitune_ray.model.max_batch import find_max_batch_sizes
+            from aitune_ray.api.tuning import _devices_are_local
 
             find_max_batch_sizes([self], device, local=_devices_are_local(executor))
             report = tune_modules([self], device=device, executor=executor, raise_errors=True)
@@ -255,4 +255,4 @@ def find_modules_or_none(obj: Any) -> dict[str, Module]:
         return {}
 
 
-set_user_wrapper(Module)   # the call path the worker core times candidates behind (aitune_ray.registry)
+set_user_wrapper(Module)   # the call path the worker core times candidates behind (aitune_ray.records.registry)

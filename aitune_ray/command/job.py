@@ -1,6 +1,6 @@
 """Job files for the aitune-ray command: the schema, its checks, and turning a job into objects.
 
-The generic validator is aitune_ray/validate.py; wrapping the named submodules is aitune_ray/wrapping.py.
+The generic validator is aitune_ray/records/validate.py; wrapping the named submodules is aitune_ray/model/wrapping.py.
 
 A job file is YAML (or JSON). Every key is checked before any work starts; a problem is a ConfigError
 whose message starts with the key path, e.g. ``strategy.min_speedup_ratio: expected a number, got str``.
@@ -18,10 +18,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from aitune_ray import imports
+from aitune_ray.records import imports
 from aitune_ray.errors import ConfigError
-from aitune_ray.validate import bounded, from_data, kind_of
-from aitune_ray import wrapping
+from aitune_ray.records.validate import bounded, from_data, kind_of
+from aitune_ray.model import wrapping
 
 __all__ = ["Job", "ModuleSpec", "StrategySpec", "BackendSpec", "ExecutorSpec", "load_job", "load_jobs", "parse_job",
            "parse_jobs", "wrap_modules", "move_to"]
@@ -33,7 +33,7 @@ STRATEGIES = {
     "FirstWins": "FirstWinsStrategy",
     "OneBackend": "OneBackendStrategy",
 }
-EXECUTORS = ("auto", "ray", "inline")   # auto: aitune_ray/executor_choice.py
+EXECUTORS = ("auto", "ray", "inline")   # auto: aitune_ray/executors/choice.py
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -159,8 +159,8 @@ class Job:
         spec = self.strategy
         backends = self.make_backends()
         if backends is None:
-            from aitune_ray.device import resolve_device
-            from aitune_ray.tuning import default_strategy
+            from aitune_ray.runtime.device import resolve_device
+            from aitune_ray.api.tuning import default_strategy
 
             backends = default_strategy(resolve_device(device)).backends
         cls = getattr(aitune_ray, STRATEGIES[spec.type])
@@ -369,7 +369,7 @@ def _check_job(job: Job) -> None:
         raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {job.device!r}")
     if job.executor.type not in EXECUTORS:
         raise ConfigError(f"executor.type: expected one of {list(EXECUTORS)}, got {job.executor.type!r}")
-    from aitune_ray.warm_up import WARM_UP_MODES
+    from aitune_ray.runtime.warm_up import WARM_UP_MODES
 
     if job.executor.warm_up not in WARM_UP_MODES:
         raise ConfigError(f"executor.warm_up: expected one of {list(WARM_UP_MODES)}, got {job.executor.warm_up!r}")
@@ -437,7 +437,7 @@ def backend_class(name: str, key: str) -> type:
     """A Backend subclass from a short name in aitune_ray.backend or an import path."""
     from aitune_ray import backend as backend_package
     from aitune_ray.backend.backend import Backend
-    from aitune_ray.imports import import_class
+    from aitune_ray.records.imports import import_class
 
     if ":" in name:
         try:
@@ -464,7 +464,7 @@ def make_config(cls: type, data: dict, key: str) -> Any:
 
 def wrap_modules(model: Any, specs: list[ModuleSpec], strategy_factory: Callable[[], Any] | None = None):
     """Wrap the submodules named by specs in aitune_ray.Module where they live: (root, {name: Module})."""
-    from aitune_ray.module import Module
+    from aitune_ray.api.module import Module
 
     return wrapping.wrap_modules(model, specs, strategy_factory, Module)
 

@@ -13,13 +13,13 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend
-from aitune_ray.device import gpu_identity
-from aitune_ray.failures import outcome
+from aitune_ray.runtime.device import gpu_identity
+from aitune_ray.records.failures import outcome
 from aitune_ray.measure.correctness import compare_outputs
 from aitune_ray.measure.timing import MeasureConfig, profile_samples
 from aitune_ray.measure.turns import NO_TURNS
-from aitune_ray.results import ERROR, OK, REJECTED, BuildResult, CandidateJob
-from aitune_ray.samples import SampleStore
+from aitune_ray.records.results import ERROR, OK, REJECTED, BuildResult, CandidateJob
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 

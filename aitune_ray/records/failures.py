@@ -12,7 +12,7 @@ import dataclasses
 import pickle
 from pathlib import Path
 
-from aitune_ray.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT
+from aitune_ray.records.results import CANCELLED, CRASHED, ERROR, OOM, TIMED_OUT
 
 #: Ray exceptions that mean the worker process is gone (its actor must be replaced).
 WORKER_LOST = frozenset({"RayActorError", "ActorDiedError", "WorkerCrashedError", "OutOfMemoryError",

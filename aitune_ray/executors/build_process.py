@@ -13,7 +13,7 @@ without a result crashed; one killed at its timeout timed out (failures.lost_pro
 this and for a Ray actor alike). Its stderr is the candidate's log (faulthandler prints a crash's stack
 there), kept beside the module's artifacts.
 
-Run as ``python -m aitune_ray.build_process FOLDER`` by run_in_child only.
+Run as ``python -m aitune_ray.executors.build_process FOLDER`` by run_in_child only.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from aitune_ray import tempdirs
+from aitune_ray.runtime import tempdirs
 from aitune_ray.measure import timing
-from aitune_ray.failures import lost_process, outcome, pack_exception, revive_exception
-from aitune_ray.results import BuildResult, CandidateJob
+from aitune_ray.records.failures import lost_process, outcome, pack_exception, revive_exception
+from aitune_ray.records.results import BuildResult, CandidateJob
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def _failed(job: CandidateJob, status: str, error: str, error_type: str, seconds
 def _child(folder: Path) -> None:
     import faulthandler
 
-    from aitune_ray.worker import Worker
+    from aitune_ray.worker.core import Worker
 
     faulthandler.enable()   # a crash's Python stack goes to stderr: the candidate's log
     with open(folder / "job.pkl", "rb") as src:

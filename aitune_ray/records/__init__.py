@@ -1,0 +1,1 @@
+"""Plain data: result records, the failure rule, artifacts in transit, class paths, known classes, checks."""

@@ -1,0 +1,1 @@
+"""A process's setup: devices, temporary folders, quiet warnings, warm-up, bytecode, compile frames."""
