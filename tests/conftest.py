@@ -15,3 +15,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def sim_clock(monkeypatch):
+    """Tune inline on the simulated clock (aitune_ray.testing), from a clean simulated host and back to one."""
+    from aitune_ray.measure import timing
+    from aitune_ray.testing import SIM_CLOCK, reset
+
+    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
+    reset()
+    with timing.use_clock(SIM_CLOCK):
+        yield SIM_CLOCK
+    reset()

@@ -20,7 +20,7 @@ from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.measure import timing
 from aitune_ray.decision.verdict import FASTER as WIN
 from tests.helpers import FAST_MEASURE, FastBackend, FailingBackend, SleepyAffine, helper
-from aitune_ray.testing import SIM_CALLS, SIM_CLOCK, SimAffine
+from aitune_ray.testing import SimAffine
 from aitune_ray.testing.sim import sim
 
 # AITune 0.6.0's public names (the __all__ of each package its guides import from), by the path they have
@@ -383,15 +383,6 @@ def test_tune_finds_the_max_batch_size_and_records_it_when_the_strategy_asks():
 
 # ----- performance validation modes ------------------------------------------------------------
 
-
-@pytest.fixture
-def sim_clock(monkeypatch):
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    SIM_CALLS.clear()
-    SIM_CLOCK.slowness = 1.0
-    with timing.use_clock(SIM_CLOCK):
-        yield SIM_CLOCK
-    SIM_CLOCK.slowness = 1.0
 
 
 SIM_MEASURE = timing.MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)

@@ -33,16 +33,22 @@ def recorded(name: str, strategy) -> ait.Module:
     return module
 
 
-@pytest.mark.slow
-def test_work_lands_only_on_nodes_of_the_target_kind(tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
+def three_kinds(monkeypatch):
+    """A test cluster: a CPU-only head, then H100, A100 and H100 nodes of one fake GPU each, labelled by kind.
+    Returns (cluster, the three nodes, the H100 nodes' short ids)."""
     from ray.cluster_utils import Cluster
 
     monkeypatch.setenv("PYTHONPATH", WORKER_PATH)   # the raylets' workers import this checkout
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
     labels = ["H100", "A100", "H100"]
     nodes = [cluster.add_node(num_cpus=1, num_gpus=1, resources={f"accelerator_type:{kind}": 1}) for kind in labels]
-    h100 = {n.node_id[:8] for n, kind in zip(nodes, labels) if kind == "H100"}
+    return cluster, nodes, {n.node_id[:8] for n, kind in zip(nodes, labels) if kind == "H100"}
+
+
+@pytest.mark.slow
+def test_work_lands_only_on_nodes_of_the_target_kind(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    cluster, nodes, h100 = three_kinds(monkeypatch)
     try:
         ray.init(address=cluster.address, log_to_driver=False)
         with pytest.raises(ClusterError, match=r"gpu_kind 'V100'.*GPU kinds there: A100, H100"):
@@ -137,13 +143,7 @@ def test_a_node_of_the_target_kind_removed_mid_job_costs_its_task_which_runs_aga
     build runs again on the other H100 node (never the A100 one), nothing else runs twice, and the lost
     attempt's actor log is kept."""
     ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    monkeypatch.setenv("PYTHONPATH", WORKER_PATH)   # the raylets' workers import this checkout
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
-    labels = ["H100", "A100", "H100"]
-    nodes = [cluster.add_node(num_cpus=1, num_gpus=1, resources={f"accelerator_type:{kind}": 1}) for kind in labels]
-    h100 = {n.node_id[:8] for n, kind in zip(nodes, labels) if kind == "H100"}
+    cluster, nodes, h100 = three_kinds(monkeypatch)
     events: list[dict] = []
     try:
         ray.init(address=cluster.address, log_to_driver=False)

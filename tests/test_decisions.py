@@ -3,7 +3,6 @@ speed on a simulated clock (deterministic on any machine), the batch-size dispat
 candidates, a failed confirm session, and eager against itself on a real busy CPU."""
 
 import multiprocessing
-import os
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from aitune_ray.decision import CONFIRM_FAILED, FASTER, HOST_UNFIT, INCONCLUSIVE
 from aitune_ray.measure import timing
 from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.model.samples import SampleStore
-from aitune_ray.testing import LIVE_BUFFERS, SIM_CALLS, SIM_CLOCK, SimAffine, SimBackend, reset, sim
+from aitune_ray.testing import LIVE_BUFFERS, SIM_CALLS, SimAffine, SimBackend, reset, sim
 
 SIM_MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)
 SKEWED = dict(ms_by_bs={8: 3.0, 32: 4.0}, noise=0.02)         # eager: 2 ms at bs 8, 8 ms at bs 32
@@ -25,12 +24,8 @@ EAGER = dict(ms_by_bs={8: 2.0, 32: 8.0}, noise=0.02)
 
 
 @pytest.fixture(autouse=True)
-def sim_clock(monkeypatch):
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    reset()
-    with timing.use_clock(SIM_CLOCK):
-        yield SIM_CLOCK
-    reset()     # a test that ended in a slow host state leaves none to the next
+def _on_the_sim_clock(sim_clock):   # tests/conftest.py: every test here on the simulated clock
+    yield sim_clock
 
 
 def recorded(strategy, batch_sizes=(8, 32), **eager):

@@ -43,15 +43,6 @@ class Pipe:
         return self.stack[0](self.heads["main"](x)) * self.scale
 
 
-@pytest.fixture
-def sim_clock(monkeypatch):
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    SIM_CALLS.clear()
-    SIM_CLOCK.slowness = 1.0
-    with timing.use_clock(SIM_CLOCK):
-        yield SIM_CLOCK
-    SIM_CLOCK.slowness = 1.0
-
 
 def dataset(n: int = 3) -> list[torch.Tensor]:
     return [torch.full((4,), float(i)) for i in range(n)]

@@ -16,7 +16,7 @@ from aitune_ray.decision.session import Session
 from aitune_ray.errors import ConfigError, LatencyBudgetError
 from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.measure import timing
-from aitune_ray.testing import SIM_CLOCK, SimAffine, reset, sim
+from aitune_ray.testing import SimAffine, reset, sim
 
 SIM_MEASURE = timing.MeasureConfig(warmup_runs=1, min_runs=5, max_runs=10, max_seconds=5.0, latency_runs=3)
 ROUNDS = 20
@@ -24,14 +24,6 @@ ROUNDS = 20
 # Eager: 2 ms per call at batch 1, 6 at 8, 20 at 32 (500, 1333 and 1600 samples/s).
 EAGER_MS = {1: 2.0, 8: 6.0, 32: 20.0}
 
-
-@pytest.fixture
-def sim_clock(monkeypatch):
-    monkeypatch.setenv("AITUNE_RAY_EXECUTOR", "inline")
-    reset()
-    with timing.use_clock(SIM_CLOCK):
-        yield SIM_CLOCK
-    reset()
 
 
 def candidate(tag: str, ms_by_bs: dict, seed: int):
