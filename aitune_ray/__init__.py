@@ -4,14 +4,15 @@ Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
 from aitune_ray import backend, tune_strategy
-from aitune_ray.api.absent import (PatchedModule, PerformanceProfile, aitune_cache_dir, config, jit_config,
-                               patch_for_jit_tuning, profile, snapshot_tuning_data)
+from aitune_ray.api.absent import (PatchedModule, aitune_cache_dir, config, jit_config, patch_for_jit_tuning,
+                                   snapshot_tuning_data)
 from aitune_ray.checkpoint.storage import LocalTorchStorage
 from aitune_ray.model.dataloader import DataLoaderFactory
 from aitune_ray.model.dynamic_shapes import BatchDim, DynamicDim
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.executors.inline import InlineExecutor
 from aitune_ray.inspecting import inspect, wrap
+from aitune_ray.performance import PerformanceProfile, profile
 from aitune_ray.errors import AITuneRayError
 from aitune_ray.api.module import Module, ModuleState
 from aitune_ray.tune_strategy import (

@@ -70,8 +70,7 @@ ABSENT = {
 }
 
 # Names that exist so that AITune code fails where it uses them, saying what to write instead.
-REFUSED_CALLS = ["profile", "snapshot_tuning_data", "patch_for_jit_tuning", "aitune_cache_dir",
-                 "PerformanceProfile", "PatchedModule"]
+REFUSED_CALLS = ["snapshot_tuning_data", "patch_for_jit_tuning", "aitune_cache_dir", "PatchedModule"]
 
 
 def _present() -> list[tuple[str, str]]:

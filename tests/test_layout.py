@@ -108,8 +108,8 @@ LAYERS = (
     ("strategies and their reports", ("tune_strategy", "report")),
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
     ("executors", ("executors", "cluster", "actors")),
-    # tune(), the Module, and the checkpoint that saves and loads a Module
-    ("API", ("api", "checkpoint", "inspecting", "jit")),
+    # tune(), the Module, the checkpoint that saves and loads a Module, inspect/wrap and profile
+    ("API", ("api", "checkpoint", "inspecting", "jit", "performance")),
     ("job and command", ("command", "__main__", "testing", "")),   # "": the package aitune_ray
 )
 

@@ -18,8 +18,6 @@ NO_CONFIG = ("there is no global configuration: options are arguments of the str
              "tune() and the executor; nothing is cached between runs")
 
 INSTEAD = {
-    "profile": REPORT,
-    "PerformanceProfile": REPORT,
     "snapshot_tuning_data": REPORT,
     "patch_for_jit_tuning": AHEAD_OF_TIME,
     "PatchedModule": AHEAD_OF_TIME,
@@ -67,11 +65,9 @@ class _NoConfig:
         return f"<AITune's {self._name}: not available in aitune_ray>"
 
 
-profile = _function("profile")
 snapshot_tuning_data = _function("snapshot_tuning_data")
 patch_for_jit_tuning = _function("patch_for_jit_tuning")
 aitune_cache_dir = _function("aitune_cache_dir")
-PerformanceProfile = _class("PerformanceProfile")
 PatchedModule = _class("PatchedModule")
 config = _NoConfig("config")
 jit_config = _NoConfig("jit_config")
