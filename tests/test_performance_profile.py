@@ -250,3 +250,29 @@ def test_signature_is_aitunes():
                       ("inference_function", "KEYWORD_ONLY", None), ("warmup_runs", "KEYWORD_ONLY", 3),
                       ("measured_runs", "KEYWORD_ONLY", 10), ("trace_file", "KEYWORD_ONLY", None)]
     assert [f for f in ait.PerformanceProfile.__dataclass_fields__] == ["data", "trace_file"]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_runs_and_regions_carry_device_time(tmp_path):
+    class Gpu:
+        def __init__(self):
+            self.encoder = ait.Module(nn.Linear(256, 256).cuda(), name="encoder")
+            self.encoder.enable_passthrough()
+            self.head = nn.Sequential(nn.Linear(256, 256), nn.ReLU()).cuda()
+
+        def __call__(self, x):
+            return self.head(self.encoder(x) @ x.T @ x)
+
+    result = ait.profile(Gpu(), torch.randn(64, 256, device="cuda"), measured_runs=3,
+                         trace_file=tmp_path / "gpu.json")
+    assert result.data["profiler"]["activities"] == ["CPU", "CUDA"]
+    assert "device_time_total" in result.data["profiler"]["key_averages"]
+    for run in result.data["runs"]:
+        assert run["timing"]["device_time_us"] > 0
+        regions = {r["region_id"]: r for r in run["regions"]}
+        assert list(regions) == ["aot_module:encoder", "untuned_module:head"]
+        assert all(r["device_time_us"] > 0 and 0 < r["device_time_fraction"] <= 1 for r in regions.values())
+        assert 0 <= run["residual"]["device_time_fraction"] <= 1   # the matmuls outside both modules
+    assert [r.get("wrapper_state") for r in result.data["regions"]] == ["eager", None]
+    assert "### By device total" in result.markdown()
+    json.loads((tmp_path / "gpu.json").read_text())
