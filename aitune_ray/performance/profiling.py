@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import statistics
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,6 +91,9 @@ def profile(obj: Any, input_data: Any, *, inference_function: Callable | None = 
         "regions": capture.regions(),
         "warnings": capture.warnings(),
     }
+    walls = [run["timing"]["wall_time_us"] for run in data["runs"]]
+    logger.info("profile: %s, wall time per run %.3f ms (median of %d), %d region(s) ran", type_name(obj),
+                statistics.median(walls) / 1e3, len(walls), len(data["regions"]))
     for warning in data["warnings"]:
         logger.warning("profile: %s", warning["message"])
     return PerformanceProfile(data=data, trace_file=trace)
