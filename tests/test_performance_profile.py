@@ -187,6 +187,28 @@ def test_regions_inside_module_trees_and_containers_and_spans_removed_after(sim_
     assert not model[0][0]._forward_pre_hooks
 
 
+def test_a_region_entered_inside_another_is_not_counted_twice(sim_clock):
+    post = SimAffine(ms=0.5, noise=0.0)
+
+    class Outer(nn.Module):
+        def generate(self, x):
+            return post(x)   # a sibling region, entered inside this one's span
+
+    class Holder:
+        def __init__(self):
+            self.outer, self.post = Outer(), post
+
+        def __call__(self, x):
+            return self.outer.generate(x)
+
+    result = ait.profile(Holder(), torch.ones(1, 4), warmup_runs=0, measured_runs=2)
+    assert [r["id"] for r in result.data["regions"]] == ["untuned_module:outer.generate"]
+    for run in result.data["runs"]:
+        (region,) = run["regions"]
+        assert region["calls"] == 1
+        assert region["cpu_time_us"] + run["residual"]["cpu_time_us"] == pytest.approx(run["timing"]["cpu_time_us"])
+
+
 def test_a_failing_call_leaves_no_span_or_hook_behind():
     head = Head()
 
