@@ -25,11 +25,10 @@ from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAtt
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan  # noqa: E402
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler  # noqa: E402
 from aitune_ray.kernel_forge.runner import LocalRunner  # noqa: E402
-from aitune_ray.kernel_forge.selection import choose  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.forge_helpers import (  # noqa: E402
     Attention, ForgeBlock, GeluNorm, NeverFinishingGenerator, SleepyEagerBackend, TestGeluProvider, TestLayerNormProvider,
-    block_samples, one_thread)
+    block_samples)
 from tests.ray_helpers import HelperConfig  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -211,8 +210,10 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
     results = {r.key: r for r in model.report.results}
     built = results[selector.key()]
     assert built.ok, built.error
-    assert built.spec["kernel_plan"]["providers"][0]["behavior"] == "cached"
+    # the plan (made on the driver) travels in the spec and is what the actor built: whether the cached
+    # provider is planned is the real-time confirm session's call (a busy host may keep the original)
     assert built.state["kernel_plan"]["providers"] == built.spec["kernel_plan"]["providers"]
+    assert [p["behavior"] for p in built.spec["kernel_plan"]["providers"]] in ([], ["cached"])
     assert {r["gpu"] for r in built.spec["kernel_plan"]["results"]} <= actor_gpus(executor)
     assert results[sleepy.key()].ok
 
