@@ -30,6 +30,17 @@ class SlowNet(nn.Module):
         return self.linear(x)
 
 
+def recorded(name: str, strategy):
+    """A SlowNet wrapped in aitune_ray.Module with strategy, its calls at batch sizes 1 and 4 recorded."""
+    import aitune_ray as ait
+
+    module = ait.Module(SlowNet(), name=name, strategy=strategy)
+    with torch.no_grad():
+        for bs in (1, 4):
+            module(torch.randn(bs, 8))
+    return module
+
+
 @dataclasses.dataclass
 class HelperConfig(BackendConfig):
     """build_s: time spent building. infer_delay_s: time added to every call. tag: tells twins apart.

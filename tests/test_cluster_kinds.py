@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
 import aitune_ray as ait
 from aitune_ray.cluster import kinds
@@ -18,19 +17,11 @@ from aitune_ray.errors import ClusterError
 from aitune_ray.checkpoint.inspection import inspect_checkpoint, render
 from aitune_ray.measure.timing import MeasureConfig
 from tests.fault_helpers import GateConfig, GatedBackend, start_gate
-from tests.ray_helpers import FastBackend, HelperConfig, SlowNet
+from tests.ray_helpers import FastBackend, HelperConfig, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_PATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
-
-
-def recorded(name: str, strategy) -> ait.Module:
-    module = ait.Module(SlowNet(), name=name, strategy=strategy)
-    with torch.no_grad():
-        for bs in (1, 4):
-            module(torch.randn(bs, 8))
-    return module
 
 
 def three_kinds(monkeypatch):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 
 ray = pytest.importorskip("ray")
 
@@ -16,17 +15,9 @@ from aitune_ray.cluster.costs import Costs  # noqa: E402
 from aitune_ray.api.module import ModuleState  # noqa: E402
 from aitune_ray.records.results import ERROR  # noqa: E402
 from aitune_ray.api.tuning import tune_modules  # noqa: E402
-from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, SlowNet  # noqa: E402
+from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, recorded  # noqa: E402
 from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
 from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402
-
-
-def recorded(name: str, strategy) -> ait.Module:
-    module = ait.Module(SlowNet(), name=name, strategy=strategy)
-    with torch.no_grad():
-        for bs in (1, 4):
-            module(torch.randn(bs, 8))
-    return module
 
 
 def max_throughput(backends):
