@@ -180,3 +180,17 @@ def test_a_kind_is_a_custom_label_where_nodes_carry_it_else_ray_s_accelerator_ty
     assert kinds.capacity(None, nodes) == (None, 6.0, 24.0)
     with pytest.raises(ClusterError, match="no live node .* 'accelerator_type:A100'.*kinds there: H100"):
         kinds.capacity("A100", nodes)
+
+
+def test_a_worker_lost_with_its_node_is_known_by_ray_s_words_even_before_it_said_where_it_ran():
+    """A replacement actor placed on a node that is going away can die before it reports its node: Ray's
+    death message alone then says the node went (so its task runs again), and a worker's own death does not."""
+    from aitune_ray.cluster.tasks import node_gone
+
+    for words in ("The actor died unexpectedly before finishing this task.\n\tthe actor's node was terminated "
+                  "expectedly: received SIGTERM",
+                  "The actor died because its node has died. Node Id: 0123abcd",
+                  "The actor died unexpectedly.\n\tthe actor's node was preempted: spot instance reclaimed"):
+        assert node_gone("", RuntimeError(words))
+    assert not node_gone("", RuntimeError("The actor is dead because its worker process has died. Worker exit "
+                                          "type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits"))
