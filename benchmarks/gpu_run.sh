@@ -48,10 +48,10 @@ for part in $parts; do
         --runs ${RUNS:-3} ${DISPATCH---dispatch} --backends ${BACKENDS:-jit,jit-ro,jit-max,onnx-graphs,ao-fp8wo,kernels} \
         --budget-s ${BUDGET_S:-420}
       sed -n '1,60p' "$out/decisions/decisions.md" ;;
-    aitune)   # tuning time beside AITune 0.6.0 on the ViT. AITune imports TensorRT, nvidia-modelopt and polygraphy
-      # when it is imported (its TensorRT backend subclasses a TensorRT class), so this part needs a machine
-      # where TensorRT can be installed. Its wheel and those of its dependencies that the image lacks are not
-      # part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
+    aitune)   # tuning time beside AITune 0.6.0 on the ViT. AITune imports TensorRT and nvidia-modelopt when it
+      # loads; where the image lacks them, beside_aitune.py stands them in (benchmarks/absent_imports.py).
+      # AITune's wheel and those of its dependencies that the image lacks (autowrapt, dill, nvtx, wrapt 2,
+      # polygraphy) are not part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
       wheels=${AITUNE_WHEELS:-.whl}
       if ! ls "$wheels"/*.whl > /dev/null 2>&1; then echo "aitune: no wheels in $wheels (set AITUNE_WHEELS)"; continue; fi
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/aitsite "$wheels"/*.whl 2>&1 | grep -v WARNING
