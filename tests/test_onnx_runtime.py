@@ -110,6 +110,28 @@ def test_graph_optimization_level_reaches_the_session(tmp_path):
     assert level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 
 
+def test_the_session_uses_torch_s_threads_which_sleep_when_a_call_returns_unless_spinning_is_allowed(tmp_path):
+    """ORT's default leaves its threads spinning after a call and slows what runs next in the process; here
+    they sleep, and they are as many as torch's, in the build and in the restore that deploys it."""
+    model = MLP(WIDTH).eval()
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        quiet = ONNXRuntimeBackend().build(model, store(model), CPU, tmp_path / "quiet")
+        spinning = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(allow_spinning=True)).build(
+            model, store(model), CPU, tmp_path / "spinning")
+        state, artifacts = spinning.export()
+        restored = ONNXRuntimeBackend(ONNXRuntimeBackendConfig.from_dict(spinning.config.to_dict()))
+        restored.restore(model, state, artifacts, CPU, tmp_path / "restored")
+    finally:
+        torch.set_num_threads(saved)
+    for backend, spin in ((quiet, "0"), (spinning, "1"), (restored, "1")):
+        options = backend._session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == spin
+        assert options.intra_op_num_threads == 1
+    assert ONNXRuntimeBackendConfig.from_dict({}).allow_spinning is False   # a checkpoint from before: off
+
+
 def test_a_gpu_provider_on_a_cpu_device_is_a_build_error(tmp_path, monkeypatch):
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     backend = ONNXRuntimeBackend(ONNXRuntimeBackendConfig(execution_provider="cuda"))

@@ -53,11 +53,15 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     transformer_optimizer: a model type ("bert", "vit", ...) to run onnxruntime.transformers' optimizer
         (fused attention, LayerNorm, GELU) on the exported model; None: off.
     transformer_heads / transformer_hidden: the model's attention heads and hidden size, for that optimizer's
-        attention fusion (0: it reads them from the graph, which it cannot do for every model type)."""
+        attention fusion (0: it reads them from the graph, which it cannot do for every model type).
+    allow_spinning: let ONNX Runtime's intra-op threads spin after a call returns (its own default). Off here:
+        the spinning threads slow whatever the process runs next for tens of milliseconds (up to 2x on the
+        CPU), so a module faster alone in a loop makes the model around it slower, and a timing round charges
+        that cost to the next callable. On only where the session runs alone on its CPUs."""
 
     safe_fields = {"provider_options": SAFE_PROVIDER_OPTIONS, **{name: SAFE for name in (
         "use_dynamo", "execution_provider", "opset_version", "use_cuda_graphs", "graph_optimization_level",
-        "transformer_optimizer", "transformer_heads", "transformer_hidden")}}
+        "transformer_optimizer", "transformer_heads", "transformer_hidden", "allow_spinning")}}
 
     use_dynamo: bool = True
     execution_provider: ONNXExecutionProvider | None = None
@@ -68,6 +72,7 @@ class ONNXRuntimeBackendConfig(BackendConfig):
     transformer_optimizer: str | None = None
     transformer_heads: int = 0
     transformer_hidden: int = 0
+    allow_spinning: bool = False
 
     def __post_init__(self):
         if self.execution_provider is not None:
@@ -203,7 +208,8 @@ class ONNXRuntimeBackend(Backend):
         try:
             # one options entry per provider, or ONNX Runtime rejects the list and retries with its own
             session = ort.InferenceSession(str(self._exported.path),
-                                           sess_options=session_options(ort, self.config.graph_optimization_level),
+                                           sess_options=session_options(ort, self.config.graph_optimization_level,
+                                                                         self.config.allow_spinning),
                                            providers=providers, provider_options=options)
         except Exception as exc:
             why = " with CUDA graphs (every node must run on the CUDA EP, no control flow)" \

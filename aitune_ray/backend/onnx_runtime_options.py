@@ -12,6 +12,8 @@ import enum
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from aitune_ray.errors import ConfigError
 
 
@@ -161,8 +163,15 @@ def session_providers(provider: ONNXExecutionProvider, options: dict[str, dict[s
     return [ep.value for ep in chain], entries
 
 
-def session_options(ort, level: str | None):
+def session_options(ort, level: str | None, allow_spinning: bool = False):
+    """The session's options. Its intra-op threads are torch's (torch.get_num_threads(): the threading settings
+    of the calls it is compared with and served beside). Unless allow_spinning, they sleep when a call
+    returns: ONNX Runtime's default leaves them spinning for tens of milliseconds, and on the CPU whatever the
+    process runs next in that time (eager, another module, the next candidate in a timing round) runs up to
+    2x slower (docs/measurement.md)."""
     options = ort.SessionOptions()
+    options.intra_op_num_threads = max(1, torch.get_num_threads())
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
     if level is not None:
         value = getattr(ort.GraphOptimizationLevel, "ORT_" + level.upper(), None)
         if value is None:
