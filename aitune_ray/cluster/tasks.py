@@ -134,15 +134,17 @@ class TaskRunner:
         return [t for _, t in expired]
 
 
-# How Ray's actor-death messages say the actor went with its node (its GCS words, lower-cased): a replacement
-# actor that dies with a node before it reported where it runs is known lost only by these.
-RAY_NODE_DEATH = ("because its node has died", "the actor's node was terminated", "the actor's node was preempted")
+# How Ray's actor-death messages say the actor went with its node (its GCS words, lower-cased), besides "its
+# node" with died, dead or removed: a replacement actor that dies with a node before it reported where it
+# runs is known lost only by these words.
+RAY_NODE_DEATH = ("the actor's node was terminated", "the actor's node was preempted")
 
 
 def node_gone(node_id: str, cause: BaseException) -> bool:
     """Whether the worker was lost with its node: Ray says so, or the node is no longer alive."""
     text = str(cause).lower()
-    if any(phrase in text for phrase in RAY_NODE_DEATH):
+    if ("its node" in text and any(word in text for word in ("died", "dead", "removed"))) or \
+            any(phrase in text for phrase in RAY_NODE_DEATH):
         return True
     if not node_id:
         return False
