@@ -112,9 +112,13 @@ NAMESPACE = "aitune-ray-tests"   # gates are found by name from every job (a dri
 
 
 def start_gate(name: str):
+    """The named gate, on this driver's node: a test that removes a worker node mid-job must not lose its gate
+    with it (a build run again elsewhere would then fail calling the gate, not because of the node)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(num_cpus=0)(Gate).options(name=name, namespace=NAMESPACE).remote()
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0)(Gate).options(name=name, namespace=NAMESPACE, scheduling_strategy=here).remote()
 
 
 def recorded_net(strategy):
