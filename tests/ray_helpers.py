@@ -15,6 +15,12 @@ from torch import nn
 
 from aitune_ray.backend import Backend, BackendConfig
 
+#: Strategy options for tests whose subject is the orchestration, not the A/A check: a confirm session runs in
+#: real time, and on the busy 2-core CI host its A/A control has read 0.905x [0.566, 0.941], so the module
+#: rightly kept eager. Their candidates skip SlowNet's 3 ms wait (many times faster than eager), so a wide
+#: tolerance changes no choice; the A/A check itself is tested on simulated sessions.
+BUSY_HOST = {"noise_tolerance": 0.5}
+
 
 class SlowNet(nn.Module):
     """A linear layer whose eager forward wastes `delay_s`: a backend that skips the wait is clearly faster."""

@@ -15,7 +15,7 @@ import torch
 import aitune_ray as ait
 from aitune_ray.measure.timing import MeasureConfig
 from tests.fault_helpers import GateConfig, GatedBackend
-from tests.ray_helpers import SlowNet
+from tests.ray_helpers import BUSY_HOST, SlowNet
 
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
 TAGS = (1, 2, 3, 4)
@@ -39,7 +39,8 @@ def backends(gate: str = "", block: int = 0):
 
 def run(run_dir, executor=None, gate: str = "", block: int = 0):
     module = ait.Module(make_model(), "net", strategy=ait.MaxThroughputStrategy(backends(gate, block),
-                                                                               measure_config=MEASURE))
+                                                                               measure_config=MEASURE,
+                                                                               **BUSY_HOST))
     report = ait.tune(module, make_data(), executor=executor or ait.InlineExecutor(remeasure_rounds=3),
                       run_dir=run_dir, call_as_given=True)
     return module, report

@@ -21,7 +21,7 @@ from aitune_ray.command import cli
 from aitune_ray.errors import AITuneRayError, ClusterError
 from aitune_ray.measure.timing import MeasureConfig
 from tests.fault_helpers import GateConfig, GatedBackend, recorded_net, start_gate, tuner_processes, wait_until
-from tests.ray_helpers import FastBackend, HelperConfig, SlowNet, WeightsAotBackend
+from tests.ray_helpers import BUSY_HOST, FastBackend, HelperConfig, SlowNet, WeightsAotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_PATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -118,7 +118,7 @@ def test_a_worker_node_removed_mid_job_costs_its_in_flight_task_only_which_runs_
                                    progress=events.append)
         module = recorded_net(ait.MaxThroughputStrategy([
             GatedBackend(GateConfig(tag=1, gate="node", at="build")), FastBackend(HelperConfig(tag=2)),
-            WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE))
+            WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE, **BUSY_HOST))
         removed = []
 
         def remove_the_node():

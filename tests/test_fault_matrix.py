@@ -35,7 +35,7 @@ from tests.fault_helpers import (  # noqa: E402
     tuner_processes,
     wait_until,
 )
-from tests.ray_helpers import FastBackend, HelperConfig, SlowNet, WeightsAotBackend  # noqa: E402
+from tests.ray_helpers import BUSY_HOST, FastBackend, HelperConfig, SlowNet, WeightsAotBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_PATH = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
@@ -104,7 +104,7 @@ def test_an_actor_killed_during_a_build_or_a_measurement(cluster, executor, scra
     generations = sum(slot.generation for slot in executor.pool.slots)
     module = recorded_net(ait.MaxThroughputStrategy([
         GatedBackend(GateConfig(tag=1, gate=gate_name, at=at)), FastBackend(HelperConfig(tag=2)),
-        WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE))
+        WeightsAotBackend(HelperConfig(tag=3))], measure_config=MEASURE, **BUSY_HOST))
     killer = kill_on_arrival(gate)
     report = module.tune(executor=executor)
     killer.join()
@@ -124,7 +124,7 @@ def test_an_actor_killed_during_the_confirm_session_confirms_again_on_another(cl
     gate = start_gate("kill-remeasure")
     module = recorded_net(ait.MaxThroughputStrategy([
         GatedBackend(GateConfig(tag=1, gate="kill-remeasure", at="remeasure")),
-        FastBackend(HelperConfig(tag=2, infer_delay_s=0.002))], measure_config=MEASURE))
+        FastBackend(HelperConfig(tag=2, infer_delay_s=0.002))], measure_config=MEASURE, **BUSY_HOST))
     killer = kill_on_arrival(gate)
     report = module.tune(executor=executor)
     killer.join()

@@ -22,6 +22,7 @@ from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from aitune_ray.api.module import ModuleState  # noqa: E402
 from aitune_ray.records.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
 from tests.ray_helpers import (  # noqa: E402
+    BUSY_HOST,
     FastBackend,
     HangingBackend,
     HeldConfig,
@@ -50,7 +51,7 @@ def recorded(name: str, strategy, sizes=(1, 4)) -> ait.Module:
 
 
 def max_throughput(backends, **kwargs):
-    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE, **kwargs)
+    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE, **{**BUSY_HOST, **kwargs})
 
 
 def fast(**config) -> FastBackend:
@@ -185,7 +186,7 @@ class TestOneNode:
         executor.progress = progress
         first, second = fast(wait_for=str(flag), tag=1), fast(tag=2)
         last = HangingBackend(HelperConfig(build_s=120))
-        strategy = ait.FirstWinsStrategy([first, second, last], measure_config=MEASURE)
+        strategy = ait.FirstWinsStrategy([first, second, last], measure_config=MEASURE, **BUSY_HOST)
         started = time.monotonic()
         try:
             report = recorded("first", strategy).tune(executor=executor)

@@ -16,13 +16,14 @@ from aitune_ray.api.module import ModuleState  # noqa: E402
 from aitune_ray.decision.verdict import CONFIRM_FAILED  # noqa: E402
 from aitune_ray.records.results import ERROR  # noqa: E402
 from aitune_ray.api.tuning import tune_modules  # noqa: E402
-from tests.ray_helpers import FastBackend, HelperConfig, HintedBackend, RaisingBackend, recorded  # noqa: E402
+from tests.ray_helpers import (BUSY_HOST, FastBackend, HelperConfig, HintedBackend, RaisingBackend,  # noqa: E402
+                                recorded)
 from tests.schedule_helpers import gated, start_turnstile  # noqa: E402
 from tests.test_ray_executor import MEASURE, WORKER_PATH  # noqa: E402
 
 
 def max_throughput(backends):
-    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE)
+    return ait.MaxThroughputStrategy(backends, measure_config=MEASURE, **BUSY_HOST)
 
 
 def ray_init(**kwargs):
