@@ -14,14 +14,18 @@ project it includes starting Ray); the import is timed apart.
 After each tuning, in that process, the user's loop times eager against the tuned module: per batch size,
 5 interleaved repeats of 100 back-to-back calls between two synchronizes, the median of each; the speedup is
 eager's time over the module's. A choice holds when it is no more than 3% slower than eager at any batch size.
-AITune imports TensorRT and nvidia-modelopt when it loads; where they are absent, stand-ins that only import
-(benchmarks/absent_imports.py) take their place, and the results name them.
+AITune imports TensorRT and nvidia-modelopt when it loads, also for a tuning that builds only Inductor and
+TorchAO candidates; where they are absent, stand-ins that only import take their place (install_stand_ins),
+and the results name them.
 Results: OUT/beside_aitune.json and OUT/beside_aitune.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import os
 import statistics
@@ -29,13 +33,88 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOLD_LIMIT = 0.03
-# What AITune 0.6.0 imports when it loads but an Inductor/TorchAO tuning never calls, stood in where absent
-# (benchmarks/absent_imports.py): TensorRT, and nvidia-modelopt with what it imports.
+# What AITune 0.6.0 imports when it loads but an Inductor/TorchAO tuning never calls, stood in where absent:
+# TensorRT (its TensorRT backend subclasses tensorrt.IOutputAllocator at import), and nvidia-modelopt with what
+# it imports.
 STAND_INS = ["tensorrt", "modelopt", "huggingface_hub"]
+_served: set[str] = set()
+
+
+class _StandInType(type):
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stand_in(f"{cls.__qualname__}.{name}")
+
+
+class StandIn(metaclass=_StandInType):
+    """An object of a library that is not there: attributes are stand-ins, calls return the object. Such a
+    class can be subclassed, called, compared and used as a key; calling into it does nothing, so a run that
+    really used the library would fail or measure nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stand_in(name)
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+
+def stand_in(name: str) -> type:
+    return _StandInType(name.rpartition(".")[2] or name, (StandIn,), {"__qualname__": name})
+
+
+class _StandInModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = stand_in(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StandInLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        module = _StandInModule(spec.name)
+        module.__path__ = []           # a package: its submodules are stand-ins too
+        module.__version__ = "0.0.0"   # read by version checks at import
+        return module
+
+    def exec_module(self, module) -> None:
+        _served.add(module.__name__)
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, tops: set[str]):
+        self.tops = tops
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] not in self.tops:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _StandInLoader(), is_package=True)
+
+
+def install_stand_ins(names: list[str]) -> list[str]:
+    """Serve each of names (a top-level package) that cannot be found for real; returns those served. Called
+    before the importing package loads; the finder goes last, so every real module is found first."""
+    absent = {name for name in names if importlib.util.find_spec(name) is None}
+    if absent:
+        sys.meta_path.append(_StandInFinder(absent))
+    return sorted(absent)
+
+
+def stand_ins_used() -> list[str]:
+    """The stand-in modules imported so far."""
+    return sorted(_served)
 
 
 def user_ms(fn, x, calls: int, sync) -> float:
@@ -83,13 +162,10 @@ def child(args) -> dict:
 
     stand_ins: list[str] = []
     if args.impl == "aitune":
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import absent_imports
-
-        absent_imports.install(STAND_INS)   # names the image lacks; the candidates compared never call them
+        install_stand_ins(STAND_INS)   # names the image lacks; the candidates compared never call them
         import aitune.torch as ait
 
-        stand_ins = absent_imports.used()
+        stand_ins = stand_ins_used()
     else:
         import aitune_ray as ait
     import_s = time.perf_counter() - started

@@ -49,7 +49,7 @@ for part in $parts; do
         --budget-s ${BUDGET_S:-420}
       sed -n '1,60p' "$out/decisions/decisions.md" ;;
     aitune)   # tuning time beside AITune 0.6.0 on the ViT. AITune imports TensorRT and nvidia-modelopt when it
-      # loads; where the image lacks them, beside_aitune.py stands them in (benchmarks/absent_imports.py).
+      # loads; where the image lacks them, benchmarks/beside_aitune.py stands them in.
       # AITune's wheel and those of its dependencies that the image lacks (autowrapt, dill, nvtx, wrapt 2,
       # polygraphy) are not part of this repository: put them in the folder AITUNE_WHEELS (default .whl).
       wheels=${AITUNE_WHEELS:-.whl}

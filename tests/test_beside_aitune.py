@@ -1,4 +1,4 @@
-"""benchmarks/absent_imports.py: a library that is not installed imports as a stand-in (submodules, classes
+"""benchmarks/beside_aitune.py's import stand-ins (for what AITune imports when it loads): a library that is not installed imports as a stand-in (submodules, classes
 to subclass, enum values as keys, calls), one that is installed stays the real one, and what was stood in
 is listed. Run in a child process so this one's import system is untouched."""
 
@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import absent_imports
-served = absent_imports.install(["no_such_library_xyz", "json"])
+import beside_aitune
+served = beside_aitune.install_stand_ins(["no_such_library_xyz", "json"])
 import no_such_library_xyz as trt
 from no_such_library_xyz.onnx.autocast import convert_to_mixed_precision
 
@@ -26,7 +26,7 @@ class Allocator(trt.IOutputAllocator):      # subclassed when the importing pack
 
 table = {trt.DataType.HALF: "half", trt.DataType.FLOAT: "float"}
 logger = trt.Logger(trt.Logger.WARNING)
-print(json.dumps({"served": served, "used": absent_imports.used(), "ready": Allocator().ready,
+print(json.dumps({"served": served, "used": beside_aitune.stand_ins_used(), "ready": Allocator().ready,
                   "keys": len(table), "json_real": json.__file__ is not None and hasattr(json, "dumps"),
                   "converted": type(convert_to_mixed_precision("model.onnx")).__name__,
                   "logged": type(logger.log(1, "x")).__name__, "version": trt.__version__}))
