@@ -21,9 +21,8 @@ import threading
 import time
 
 import pytest
-import torch
 
-from tests.ray_helpers import FastBackend, HelperConfig, SlowNet
+from tests.ray_helpers import FastBackend, HelperConfig, recorded
 
 
 @dataclasses.dataclass
@@ -123,13 +122,7 @@ def start_gate(name: str):
 
 def recorded_net(strategy):
     """A wrapped SlowNet named "net" that has recorded a call at batch sizes 1 and 4."""
-    import aitune_ray as ait
-
-    module = ait.Module(SlowNet(), name="net", strategy=strategy)
-    with torch.no_grad():
-        for bs in (1, 4):
-            module(torch.randn(bs, 8))
-    return module
+    return recorded("net", strategy)
 
 
 # ----- what a test leaves behind ---------------------------------------------------------------------

@@ -36,13 +36,13 @@ class SlowNet(nn.Module):
         return self.linear(x)
 
 
-def recorded(name: str, strategy):
-    """A SlowNet wrapped in aitune_ray.Module with strategy, its calls at batch sizes 1 and 4 recorded."""
+def recorded(name: str, strategy, sizes=(1, 4)):
+    """A SlowNet wrapped in aitune_ray.Module with strategy, one call at each of sizes recorded."""
     import aitune_ray as ait
 
     module = ait.Module(SlowNet(), name=name, strategy=strategy)
     with torch.no_grad():
-        for bs in (1, 4):
+        for bs in sizes:
             module(torch.randn(bs, 8))
     return module
 

@@ -23,6 +23,7 @@ from aitune_ray.api.module import ModuleState  # noqa: E402
 from aitune_ray.records.results import CRASHED, ERROR, OK, OOM, TIMED_OUT, BuildResult  # noqa: E402
 from tests.ray_helpers import (  # noqa: E402
     BUSY_HOST,
+    recorded,
     FastBackend,
     HangingBackend,
     HeldConfig,
@@ -40,14 +41,6 @@ ROOT = str(Path(__file__).resolve().parent.parent)
 # Workers import this checkout, and whatever the driver could import (a Ray installed on PYTHONPATH).
 WORKER_PATH = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 MEASURE = MeasureConfig(warmup_runs=1, min_runs=5, max_runs=20, max_seconds=0.2)
-
-
-def recorded(name: str, strategy, sizes=(1, 4)) -> ait.Module:
-    module = ait.Module(SlowNet(), name=name, strategy=strategy)
-    with torch.no_grad():
-        for bs in sizes:
-            module(torch.randn(bs, 8))
-    return module
 
 
 def max_throughput(backends, **kwargs):
