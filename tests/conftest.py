@@ -8,6 +8,13 @@ os.environ.setdefault("AITUNE_RAY_EXECUTOR", "inline")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _run_folder_key(tmp_path_factory):
+    """The per-user key that signs run folders (aitune_ray/executors/run_files.py) lives in a folder of the
+    test session, not in the home of whoever runs the tests (child processes inherit it)."""
+    os.environ["AITUNE_RAY_CONFIG_DIR"] = str(tmp_path_factory.mktemp("config"))
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -16,7 +16,7 @@ import torch
 import aitune_ray as ait
 from aitune_ray.command import cli
 from aitune_ray.errors import RunFolderError
-from aitune_ray.executors.run_dir import RunFolder, load_samples, save_samples
+from aitune_ray.executors.run_dir import RunFolder
 from aitune_ray.model.samples import Sample, SampleStore
 from tests import resume_job
 
@@ -122,9 +122,10 @@ def test_samples_round_trip_through_safetensors_and_json(tmp_path):
     sample = Sample(args=(torch.randn(2, 3).to(torch.bfloat16), [1, 2.5, None, "s"]),
                     kwargs={"mask": torch.ones(2, dtype=torch.bool), "p": point(torch.arange(3), True)},
                     outputs={"out": (torch.randn(2, 3)[:, 1], torch.zeros(0))}, batch_size=2)
-    save_samples(SampleStore([sample], calls_seen=7), tmp_path)
-    assert not list(tmp_path.glob("*.pkl"))
-    back = load_samples(tmp_path)
+    folder = RunFolder.open(tmp_path / "run")
+    folder.module("m").samples(SampleStore([sample], calls_seen=7))
+    assert not list(tmp_path.glob("**/*.pkl"))
+    back = folder.module("m").samples(SampleStore([], calls_seen=0))   # read back, checked against the manifest
     assert back.calls_seen == 7 and len(back) == 1
     got = back.samples[0]
     torch.testing.assert_close(got.args[0], sample.args[0])
@@ -163,7 +164,9 @@ def test_cli_resume_and_fresh(tmp_path, monkeypatch, capsys):
     assert cli.main(["tune", "job.yaml"]) == cli.EXIT_OK                 # a finished run, no flag: starts over
     assert builds(log) == [1, 2, 1, 2]
     run = json.loads((tmp_path / "job.ait.run" / "run.json").read_text())
-    (tmp_path / "job.ait.run" / "run.json").write_text(json.dumps({**run, "complete": False}))
+    folder = RunFolder.open(tmp_path / "job.ait.run", {"job": run["identity"]["job"]})   # through its manifest
+    folder.write_json("run.json", {**run, "complete": False})
+    folder.close()
     assert cli.main(["tune", "job.yaml"]) == cli.EXIT_FAILED             # unfinished: neither flag, refused
     assert "--resume continues it, --fresh starts over" in capsys.readouterr().err
     assert cli.main(["tune", "--fresh", "job.yaml"]) == cli.EXIT_OK

@@ -45,8 +45,7 @@ def worked_folder(path: Path, complete: bool) -> RunFolder:
     folder = RunFolder.open(path, IDENTITY, mode="new")
     journal = folder.module("net")
     journal.store_baseline({1: Timing(batch_size=1, median_ms=1.0, p90_ms=1.0, cv=0.0, runs=3)})
-    (journal.folder / "results").mkdir()
-    (journal.folder / "results" / "k.json").write_text("{}")
+    folder.write_json("net/results/k.json", {})
     if complete:
         folder.mark_complete()
     return folder
@@ -97,12 +96,11 @@ def test_an_unfinished_folder_with_work_is_still_protected(tmp_path):
 def test_a_folder_without_tuning_work_never_locks_the_job(tmp_path):
     """A job that failed before its first baseline or result left run.json (and maybe samples): the corrected
     job, with or without --resume, starts over there."""
-    RunFolder.open(tmp_path / "run", IDENTITY, mode="new")
-    (tmp_path / "run" / "net").mkdir()
-    (tmp_path / "run" / "net" / "module.json").write_text("{}")
+    RunFolder.open(tmp_path / "run", IDENTITY, mode="new").write_json("net/module.json", {})
     folder = RunFolder.open(tmp_path / "run", {"job": "corrected"}, mode="new")
     assert not (tmp_path / "run" / "net").exists()
     assert folder.identity["job"] == "corrected"
+    folder.close()
     RunFolder.open(tmp_path / "run", {"job": "corrected again"}, mode="resume")
 
 

@@ -172,10 +172,15 @@ def tune_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
+    held: list = []   # the locks of the outputs and run folders, released when the command ends
     try:
         for job in jobs:
             check_writable(job)
-        folders = [open_run_folder(job, args, several=len(jobs) > 1) for job in jobs]
+            held.append(lock_output(job))
+        folders = []
+        for job in jobs:
+            folders.append(open_run_folder(job, args, several=len(jobs) > 1))
+            held.append(folders[-1])
         return run_jobs(jobs, Path(args.job), progress_view(args), folders)
     except KeyboardInterrupt:
         say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
@@ -191,6 +196,17 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {type(exc).__name__}: {' '.join(str(exc).split())[:500]} (-vv shows the traceback)",
             error=True)
         return EXIT_FAILED
+    finally:
+        for lock in held:
+            lock.close()
+
+
+def lock_output(job):
+    """The lock of the job's checkpoint path (.NAME.lock beside it), held while the command runs: two runs never
+    write one output (a second is refused, naming the first)."""
+    from aitune_ray.executors.run_lock import Lock
+
+    return Lock.beside(job.output, f"output {job.output}")
 
 
 def check_writable(job) -> None:
@@ -227,9 +243,9 @@ def apply_overrides(job, args: argparse.Namespace, several: bool = False) -> Non
             raise ConfigError(f"--device: expected auto, cpu, cuda or cuda:N, got {args.device!r}")
         job.device = args.device
     if args.output:
-        job.output = args.output
+        job.output = os.path.expanduser(args.output)
     if args.report:
-        job.report = args.report
+        job.report = os.path.expanduser(args.report)
 
 
 def open_run_folder(job, args: argparse.Namespace, several: bool = False):
@@ -241,8 +257,11 @@ def open_run_folder(job, args: argparse.Namespace, several: bool = False):
 
     what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    from aitune_ray.records.artifacts import plain_part
+
     if args.run_dir:
-        path = Path(args.run_dir) / job.name if several else Path(args.run_dir)
+        run_dir = Path(os.path.expanduser(args.run_dir))
+        path = run_dir / plain_part(job.name) if several else run_dir
     else:
         path = Path(f"{job.output}.run")
     folder = RunFolder.open(path, {"job": digest}, mode="resume" if args.resume else "fresh" if args.fresh else "new")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from aitune_ray.records import imports
+from aitune_ray.records.artifacts import plain_part
 from aitune_ray.errors import ConfigError
 from aitune_ray.records.validate import bounded, from_data, kind_of
 from aitune_ray.model import wrapping
@@ -207,7 +208,7 @@ def load_jobs(path: str | Path) -> list[Job]:
     several = len(jobs) > 1 or jobs[0].name is not None
     for job in jobs:
         if job.output is None:
-            job.output = f"{path.stem}.{job.name}.ait" if several else f"{path.stem}.ait"
+            job.output = f"{path.stem}.{plain_part(job.name)}.ait" if several else f"{path.stem}.ait"
     kinds = jobs[0].executor.gpu_kinds
     if kinds:
         jobs = [for_kind(job, kind) for kind in kinds for job in jobs]
@@ -223,7 +224,7 @@ def for_kind(job: Job, kind: str) -> Job:
     out = copy.deepcopy(job)
     out.executor.gpu_kind, out.executor.gpu_kinds = kind, None
     out.name = f"{job.name}.{kind}" if job.name else kind
-    plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", kind)
+    plain = plain_part(kind)
     for key in ("output", "report"):
         value = getattr(job, key)
         if value:
@@ -325,11 +326,22 @@ def parse_job(data: Any) -> Job:
     for key in ("model", "data"):
         if getattr(job, key) is None:
             raise ConfigError(f"{key}: required key is missing (or list several models under models)")
+    expand_paths(job)
     job.modules = [m if isinstance(m, ModuleSpec) else ModuleSpec(path=m) for m in job.modules]
     if not job.modules:
         job.modules = [ModuleSpec()]
     _check_job(job)
     return job
+
+
+def expand_paths(job: Job) -> None:
+    """A path in a job file that starts with ~ is under the user's home, as in a shell (never a folder named ~)."""
+    import os
+
+    for owner, key in ((job, "output"), (job, "report"), (job.executor, "log_dir"), (job.executor, "artifact_dir")):
+        value = getattr(owner, key)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(owner, key, os.path.expanduser(value))
 
 
 def _check_job(job: Job) -> None:

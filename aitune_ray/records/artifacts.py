@@ -10,7 +10,9 @@ The driver then writes what it received into its own workdir (``fetch``). No Ray
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,6 +46,16 @@ def safe_name(name: str) -> str:
     if not parts or Path(name).is_absolute() or ".." in parts:
         raise BuildError(f"artifact name {name!r} is not a plain relative file name")
     return name
+
+
+def plain_part(name: str) -> str:
+    """A name (a module's, a model's, a GPU kind) as one plain path component: letters, digits, '_', '.', '-',
+    never '.', '..' or a hidden name; a name that had to change gets a short hash of itself, so two names never
+    share one folder. The one rule wherever such a name becomes part of a path."""
+    plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip(".") or "_"
+    if plain != name:
+        plain += "-" + hashlib.sha256(str(name).encode()).hexdigest()[:8]
+    return plain
 
 
 def write_atomic(path: Path, data: bytes) -> Path:

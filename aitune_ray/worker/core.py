@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -40,8 +39,8 @@ logger = logging.getLogger(__name__)
 
 
 def plain_name(name: str) -> str:
-    """A module name as a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "module"
+    """A module name as a file name (never '..': the rule is artifacts.plain_part)."""
+    return artifacts.plain_part(name)
 
 
 def device_for(intent: str) -> torch.device:
