@@ -4,11 +4,13 @@ someone who can write the folder (or hand the user a record) would make it, and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from aitune_ray.backend import Backend, BackendConfig
 from aitune_ray.command import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,3 +72,154 @@ def test_a_folder_of_the_users_files_is_never_cleared(job, capsys, flags):
     assert "is not a run folder of aitune-ray" in one_error_line(capsys.readouterr().err)
     assert snapshot(experiment) == before
     assert not (job.parent / "builds.log").exists()   # nothing was tuned against it
+
+
+# ----- attack 2: a tampered run folder on --resume ----------------------------------------------------------
+@dataclasses.dataclass
+class CodeConfig(BackendConfig):
+    pass
+
+
+class CodeArtifactBackend(Backend):
+    """An ahead-of-time backend whose artifact is code its loader runs: the stand-in for an AOTInductor package
+    (whose loader runs a shared library, unpickles and may run a compiler), without a compiler in the test."""
+
+    config_class = CodeConfig
+    is_jit = False
+
+    def _build(self, module, samples, device, workdir):
+        self._linear = module.linear
+        self._file = Path(workdir) / "package.py"
+        self._file.write_text("LOADED = True\n")
+
+    def _artifacts(self):
+        return {"package.py": self._file}
+
+    def _load(self, module, state, artifacts, device):
+        exec(compile(Path(artifacts["package.py"]).read_text(), "package.py", "exec"), {})  # noqa: S102
+        self._linear, self._file = module.linear, Path(artifacts["package.py"])
+
+    def _infer(self, x):
+        return self._linear(x)
+
+
+CODE_JOB = """\
+model: tests.resume_job:make_model
+data: tests.resume_job:make_data
+strategy: {type: OneBackend, performance_validation: false, measure: {warmup_runs: 1, min_runs: 3, max_runs: 5}}
+backends: [{type: "tests.test_run_folder_attacks:CodeArtifactBackend"}]
+executor: {type: inline, contain: false}
+device: cpu
+"""
+
+
+@pytest.fixture
+def finished_run(tmp_path, monkeypatch, capsys):
+    """A finished run of a job whose one candidate's artifact is code: (job file, its run folder)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(ROOT))
+    (tmp_path / "job.yaml").write_text(CODE_JOB)
+    assert cli.main(["tune", "-q", "job.yaml"]) == cli.EXIT_OK, capsys.readouterr().err
+    capsys.readouterr()
+    return tmp_path / "job.yaml", tmp_path / "job.ait.run"
+
+
+def only(folder: Path, pattern: str) -> Path:
+    found = [p for p in folder.glob(pattern) if not p.name.startswith(".")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def payload(marker: Path) -> str:
+    return f"open({str(marker)!r}, 'w').write('the payload ran')\n"
+
+
+def resumed(job: Path, capsys, *flags: str) -> str:
+    """Resume the job; it must fail in one line: that line."""
+    assert cli.main(["tune", "-q", "--resume", *flags, str(job)]) == cli.EXIT_FAILED
+    return one_error_line(capsys.readouterr().err)
+
+
+def signed_edit(run: Path, name: str, change) -> None:
+    """Change a file through the project's own folder API (as a bug of the project, or an attacker holding the
+    user's key, would): the manifest then vouches for it, and only the confinement checks remain."""
+    from aitune_ray.executors.run_dir import RunFolder
+
+    identity = json.loads((run / "run.json").read_text())["identity"]
+    folder = RunFolder.open(run, {"job": identity["job"]})
+    folder.write_json(name, change(folder.read_json(name)))
+    folder.close()
+
+
+def test_a_swapped_code_artifact_is_refused_and_never_runs(finished_run, capsys):
+    job, run = finished_run
+    marker = job.parent / "marker"
+    only(run, "*/artifacts/*/package.py").write_text(payload(marker))
+    line = resumed(job, capsys)
+    assert "package.py was changed after aitune-ray wrote it" in line
+    assert not marker.exists()
+
+
+def test_a_record_naming_an_artifact_outside_the_folder_is_refused(finished_run, capsys):
+    """The record's artifact path made to climb out (../): changed on disk it fails its hash; even vouched for by
+    the manifest, a name that is not the artifact's own place in the folder is refused, and nothing is read."""
+    job, run = finished_run
+    marker = job.parent / "marker"
+    (job.parent / "outside.py").write_text(payload(marker))
+    record = only(run, "*/results/*.json")
+    written = record.read_bytes()
+    data = json.loads(written)
+    for name in data["result"]["artifacts"]:
+        data["result"]["artifacts"][name] = {"file": "../../outside.py"}
+    record.write_text(json.dumps(data))
+    assert "was changed after aitune-ray wrote it" in resumed(job, capsys)
+    record.write_bytes(written)
+
+    def climb(entry):
+        for name in entry["result"]["artifacts"]:
+            entry["result"]["artifacts"][name] = {"file": "../../outside.py"}
+        return entry
+
+    signed_edit(run, str(record.relative_to(run)), climb)
+    assert "not its place in the folder" in resumed(job, capsys)
+    assert not marker.exists()
+
+
+def test_a_forged_manifest_is_refused_and_the_folder_left_alone(finished_run, capsys):
+    """Someone who can rewrite the whole folder plants a payload and writes a manifest with matching hashes, but
+    cannot sign it with this user's key: refused on --resume, and --fresh removes nothing."""
+    import hashlib
+
+    job, run = finished_run
+    marker = job.parent / "marker"
+    only(run, "*/artifacts/*/package.py").write_text(payload(marker))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"] = {name: hashlib.sha256((run / name).read_bytes()).hexdigest() for name in manifest["files"]}
+    manifest["hmac"] = hashlib.sha256(json.dumps(manifest["files"]).encode()).hexdigest()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    before = snapshot(run)
+    assert "is not signed with this user's key" in resumed(job, capsys)
+    assert cli.main(["tune", "-q", "--fresh", str(job)]) == cli.EXIT_FAILED
+    assert "left alone" in one_error_line(capsys.readouterr().err)
+    assert snapshot(run) == before
+    assert not marker.exists()
+
+
+def test_a_log_path_in_a_record_copies_nothing_from_outside(finished_run, capsys):
+    """A record naming a log outside the folder (a secret of the user's): the resumed run's report links no copy
+    of it (a changed record is refused outright; one the manifest vouches for has its log path dropped)."""
+    job, run = finished_run
+    secret = job.parent / "secret.txt"
+    secret.write_text("the user's secret\n")
+    record = only(run, "*/results/*.json")
+
+    def name_the_secret(entry):
+        entry["result"]["log_path"] = str(secret)
+        entry["log"] = "../../secret.txt"
+        return entry
+
+    signed_edit(run, str(record.relative_to(run)), name_the_secret)
+    assert cli.main(["tune", "-q", "--resume", str(job)]) == cli.EXIT_OK, capsys.readouterr().err
+    copies = [p for p in job.parent.rglob("*") if p.is_file() and p != secret
+              and b"the user's secret" in p.read_bytes()]
+    assert copies == []
