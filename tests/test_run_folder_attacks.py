@@ -223,3 +223,57 @@ def test_a_log_path_in_a_record_copies_nothing_from_outside(finished_run, capsys
     copies = [p for p in job.parent.rglob("*") if p.is_file() and p != secret
               and b"the user's secret" in p.read_bytes()]
     assert copies == []
+
+
+# ----- attack 5: `aitune-ray report` on someone else's record ------------------------------------------------
+def hostile_record(folder: Path, log_paths: list[str]) -> Path:
+    """A job's JSON report as someone else hands it over: its results name logs wherever they like."""
+    timing = {"batch_size": 2, "median_ms": 2.0, "p90_ms": 2.5, "cv": 0.1, "runs": 10}
+    results = [{"key": f"k{i}", "backend": "TorchEagerBackend", "spec": {"type": "x:TorchEagerBackend"},
+                "status": "ok", "timings": {"2": timing}, "log_path": path} for i, path in enumerate(log_paths)]
+    module = {"module": "m", "strategy": "MaxThroughputStrategy", "device": "cpu", "call_mix": {"2": 1},
+              "baseline": {"2": timing}, "results": results}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "run.json"
+    path.write_text(json.dumps({"report": {"modules": [module]}}))
+    return path
+
+
+def test_report_copies_no_file_from_outside_the_records_folder(tmp_path, capsys):
+    """The record names an absolute secret, one reached by ../, one through a link planted in its folder, and a
+    FIFO: report renders, links none of them, and no copy of the secret exists anywhere; a log inside the
+    record's own folder is still kept."""
+    import os
+
+    secret = tmp_path / "home" / "passwd"
+    secret.parent.mkdir()
+    secret.write_text("root:x:0:0:the user's secret\n")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "link.log").symlink_to(secret)
+    (theirs / "logs").symlink_to(secret.parent)
+    os.mkfifo(theirs / "fifo.log")
+    (theirs / "own.log").write_text("a log of the record's own\n")
+    record = hostile_record(theirs, [str(secret), "../home/passwd", "link.log", "logs/passwd", "fifo.log",
+                                     "own.log"])
+    capsys.readouterr()
+    assert cli.main(["report", str(record), "--out", str(tmp_path / "out")]) == cli.EXIT_OK
+    copies = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p != secret
+              and b"the user's secret" in p.read_bytes()]
+    assert copies == []
+    kept = json.loads((tmp_path / "out" / "run.json").read_text())["report"]["modules"][0]["results"]
+    assert [r["log_path"] for r in kept] == ["", "", "", "", "", "run-logs/own.log"]
+
+
+def test_report_writes_no_file_through_a_link_in_its_output_folder(tmp_path):
+    """Rendered in place, into the record's own folder, where a link named as the report's log copy points at a
+    file of the user's: the link is replaced, the user's file is unchanged."""
+    theirs = tmp_path / "theirs"
+    hostile_record(theirs, ["own.log"])
+    (theirs / "own.log").write_text("payload written where the link points\n")
+    precious = tmp_path / "bashrc"
+    precious.write_text("the user's file\n")
+    (theirs / "run-logs").mkdir()
+    (theirs / "run-logs" / "own.log").symlink_to(precious)
+    assert cli.main(["report", str(theirs / "run.json")]) == cli.EXIT_OK
+    assert precious.read_text() == "the user's file\n"

@@ -35,16 +35,18 @@ def report_paths(path: str | Path) -> dict[str, Path]:
             "timeline": stem.parent / f"{stem.name}-timeline.png", "logs": stem.parent / f"{stem.name}-logs"}
 
 
-def write_reports(run: dict, path: str | Path, write_json: bool = True, base: str | Path | None = None) -> dict[str, Path]:
+def write_reports(run: dict, path: str | Path, write_json: bool = True, base: str | Path | None = None,
+                  confine: bool = False) -> dict[str, Path]:
     """Write the report files of one job; returns the paths written, by kind. base: where relative log paths
-    in run are found (the folder of the JSON it was read from; default: the report's folder)."""
+    in run are found (the folder of the JSON it was read from; default: the report's folder). confine: run was
+    read from a file (it may be anyone's): only logs inside base are copied (report/logs.py)."""
     from aitune_ray.report import html, markdown
     from aitune_ray.report.document import blocks, images
     from aitune_ray.report.logs import keep_logs
 
     paths = report_paths(path)
     paths["md"].parent.mkdir(parents=True, exist_ok=True)
-    run = keep_logs(run, paths["logs"], Path(base) if base is not None else paths["md"].parent)
+    run = keep_logs(run, paths["logs"], Path(base) if base is not None else paths["md"].parent, confine)
     written: dict[str, Path] = {}
     if write_json:
         paths["json"].write_text(json.dumps(run, indent=2, default=str) + "\n")
@@ -81,7 +83,7 @@ def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dic
     if out and (target.is_dir() or not target.suffix):
         target = target / json_path.with_suffix(".md").name
     return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve(),
-                         base=json_path.parent)
+                         base=json_path.parent, confine=True)
 
 
 def summary(report, host_state: dict | None = None) -> str:
