@@ -277,3 +277,81 @@ def test_report_writes_no_file_through_a_link_in_its_output_folder(tmp_path):
     (theirs / "run-logs" / "own.log").symlink_to(precious)
     assert cli.main(["report", str(theirs / "run.json")]) == cli.EXIT_OK
     assert precious.read_text() == "the user's file\n"
+
+
+# ----- attack 16: two runs into one run folder or one output -------------------------------------------------
+def test_a_second_run_is_refused_while_the_first_holds_the_folder(job, capsys):
+    """The first run holds its run folder (opened here, in the test process, as a live run holds it): a second
+    run, with --fresh too, is refused in one line naming the holder, and the live run's folder is untouched."""
+    import os
+
+    from aitune_ray.executors.run_dir import RunFolder
+
+    live = RunFolder.open(job.parent / "job.ait.run", mode="new")
+    live.write_json("net/baseline.json", {})
+    before = snapshot(live.path)
+    try:
+        for flags in ([], ["--resume"], ["--fresh"]):
+            assert cli.main(["tune", "-q", *flags, str(job)]) == cli.EXIT_FAILED
+            line = one_error_line(capsys.readouterr().err)
+            assert "is in use by another run" in line and f"pid {os.getpid()} on host" in line, line
+            assert snapshot(live.path) == before
+    finally:
+        live.close()
+    assert not (job.parent / "builds.log").exists()
+
+
+def test_a_second_run_into_the_same_output_is_refused(job, capsys):
+    """Another run writing the same checkpoint, through a run folder of its own: refused, naming the holder."""
+    from aitune_ray.executors.run_lock import Lock
+
+    held = Lock.beside(job.parent / "job.ait", "output job.ait")
+    try:
+        assert cli.main(["tune", "-q", "--run-dir", str(job.parent / "elsewhere"), str(job)]) == cli.EXIT_FAILED
+        assert "output job.ait is in use by another run (pid" in one_error_line(capsys.readouterr().err)
+    finally:
+        held.release()
+    assert not (job.parent / "elsewhere").exists() and not (job.parent / "builds.log").exists()
+
+
+# ----- attack 17: links, ~ and names that become paths -------------------------------------------------------
+def test_fresh_on_a_linked_run_folder_leaves_the_link_and_its_target(job, capsys):
+    target = job.parent / "scratch"
+    before = users_experiment(target)
+    (job.parent / "job.ait.run").symlink_to(target)
+    assert cli.main(["tune", "-q", "--fresh", str(job)]) == cli.EXIT_FAILED
+    assert "is a symbolic link" in one_error_line(capsys.readouterr().err)
+    assert (job.parent / "job.ait.run").readlink() == target and snapshot(target) == before
+    assert sorted(p.name for p in job.parent.iterdir()) == [".job.ait.lock", "job.ait.run", "job.yaml", "scratch"]
+
+
+def test_a_tilde_in_a_job_file_is_the_home_folder(job, monkeypatch):
+    from aitune_ray.command.job import load_jobs
+
+    monkeypatch.setenv("HOME", str(job.parent / "home"))
+    job.write_text(JOB + "output: ~/models/net.ait\nreport: ~/reports/net.md\n")
+    (loaded,) = load_jobs(job)
+    assert loaded.output == str(job.parent / "home" / "models" / "net.ait")
+    assert loaded.report == str(job.parent / "home" / "reports" / "net.md")
+
+
+def test_model_names_and_gpu_kinds_stay_one_path_component(job, capsys):
+    """A model named ../../x and a GPU kind ../../y: their checkpoints and run folders stay where the job puts
+    them, each a plain name of one component."""
+    import argparse
+
+    from aitune_ray.command.job import load_jobs
+
+    entry = "\n".join("  " + line for line in JOB.splitlines() if not line.startswith(("executor", "device")))
+    job.write_text("models:\n  - name: ../../escaped\n" + entry.replace("  model:", "    model:", 1)
+                   .replace("\n  ", "\n    ") + "\nexecutor: {type: inline, gpu_kinds: ['../../kind']}\ndevice: cpu\n")
+    jobs = load_jobs(job)
+    for loaded in jobs:
+        output = Path(loaded.output)
+        assert output.parent == Path(".") and not output.name.startswith("."), loaded.output
+    args = argparse.Namespace(run_dir=str(job.parent / "runs"), resume=False, fresh=False)
+    for loaded in jobs:
+        folder = cli.open_run_folder(loaded, args, several=True)
+        assert folder.path.parent == job.parent / "runs" and not folder.path.name.startswith(".")
+        folder.close()
+    assert sorted(p.name for p in job.parent.iterdir()) == ["job.yaml", "runs"]
