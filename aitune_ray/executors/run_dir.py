@@ -612,7 +612,8 @@ class _JournalHandle(RunHandle):
             if result.status != CANCELLED and result.error_type not in NOT_RUN and result.key in self._jobs:
                 try:
                     self._journal.store(self._jobs[result.key], result)
-                except OSError as exc:   # the run goes on; only its resumability is lost
+                except (OSError, confined.OutsideError, RunFolderError) as exc:   # the run goes on; only its
+                    # resumability is lost
                     logger.error("[%s] the result of %s could not be written to the run folder: %s",
                                  self._journal.name, result.key, exc)
             yield result
