@@ -355,3 +355,32 @@ def test_model_names_and_gpu_kinds_stay_one_path_component(job, capsys):
         assert folder.path.parent == job.parent / "runs" and not folder.path.name.startswith(".")
         folder.close()
     assert sorted(p.name for p in job.parent.iterdir()) == ["job.yaml", "runs"]
+
+
+def test_a_link_planted_inside_a_run_folder_is_never_followed(tmp_path):
+    """A module's folder swapped for a link to the user's folder: reading through it is refused, --fresh removes
+    nothing (the link is not a file the manifest names), and the user's files are untouched."""
+    import shutil
+
+    from aitune_ray.errors import RunFolderError
+    from aitune_ray.executors.run_dir import RunFolder
+
+    run = tmp_path / "run"
+    folder = RunFolder.open(run, mode="new")
+    folder.write_json("net/baseline.json", {})
+    folder.close()
+    users = tmp_path / "users"
+    users_experiment(users)
+    (users / "baseline.json").write_text("{}\n")   # the very bytes the manifest names
+    before = snapshot(users)
+    shutil.rmtree(run / "net")
+    (run / "net").symlink_to(users)
+    folder = RunFolder.open(run, mode="resume")
+    with pytest.raises(RunFolderError, match="net/baseline.json cannot be read"):
+        folder.module("net").baseline()
+    with pytest.raises(RunFolderError, match="cannot be written"):
+        folder.write_json("net/results/k.json", {})
+    folder.close()
+    with pytest.raises(RunFolderError, match="aitune-ray did not write .*nothing was removed"):
+        RunFolder.open(run, mode="fresh")
+    assert snapshot(users) == before and (run / "net").is_symlink()

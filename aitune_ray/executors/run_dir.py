@@ -320,7 +320,10 @@ class RunFolder:
     def write(self, name: str, blocks) -> None:
         """Write name (bytes, or an iterable of bytes): listed as under way first, then with its SHA-256."""
         self._listed(name, None)
-        digest = confined.write(self._root, name, [blocks] if isinstance(blocks, bytes) else blocks)
+        try:
+            digest = confined.write(self._root, name, [blocks] if isinstance(blocks, bytes) else blocks)
+        except confined.OutsideError as exc:   # a link or a file planted where a folder of the run is
+            raise self._changed(name, f"cannot be written ({exc})") from None
         self._listed(name, digest)
 
     def write_json(self, name: str, data: Any) -> None:
