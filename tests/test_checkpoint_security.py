@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -414,3 +415,97 @@ def test_weights_of_another_dtype_are_refused_not_cast(setup, dtype):
     hostile.with_weights_of_dtype(path, dtype)
     message = refused(path, bait, sandbox, match="never casts")
     assert str(dtype).replace("torch.", "") in message
+
+
+# ----- archives that would write more than they hold, and paths that are not files -----------------------------
+
+def within(seconds: float, work):
+    """work() run in a thread that must finish within seconds (a hang fails the test instead of hanging it)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: it hangs"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def test_overlapping_members_are_refused_before_anything_is_extracted(setup):
+    """A quoted-overlap zip written with struct: 40 artifacts whose bytes overlap, each listed with its true size
+    and SHA-256. Every member passes the ratio rule, yet extracting them all would write 38 times the file."""
+    path, bait, sandbox = setup
+    total = hostile.with_overlapping_parts(path)
+    assert total > 30 * path.stat().st_size
+    refused(path, bait, sandbox, match="overlaps member")
+
+
+def test_an_archive_never_writes_more_than_its_members_hold(saved, tmp_path):
+    from aitune_ray.checkpoint.reader import CheckpointArchive
+
+    with CheckpointArchive(saved[0]) as archive:
+        part = archive.manifest()["modules"][0]["weights"]
+        archive.extract(part, tmp_path / "first")
+        archive.extract(archive.manifest()["modules"][0]["artifacts"]["model.onnx"], tmp_path / "second")
+        with pytest.raises(CheckpointError, match="more than the"):
+            archive.extract(part, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_member_name_with_a_nul_is_refused_not_cut_short(setup):
+    """zipfile cuts a name at its first NUL: 'model.onnx\\0.so' would be read as 'model.onnx'."""
+    path, bait, sandbox = setup
+    hostile.rebuilt(path, rename={"modules/0/artifacts/model.onnx": b"modules/0/artifacts/model.onnx\x00.so"})
+    refused(path, bait, sandbox, match="NUL")
+
+
+def test_names_ending_in_a_newline_are_not_plain(setup):
+    path, bait, sandbox = setup
+
+    def rename(m):
+        part = m["modules"][0]["artifacts"].pop("model.onnx")
+        m["modules"][0]["artifacts"]["model.onnx\n"] = dict(part, member="modules/0/artifacts/model.onnx\n")
+    hostile.rebuilt(path, rename, rename={"modules/0/artifacts/model.onnx": b"modules/0/artifacts/model.onnx\n"})
+    refused(path, bait, sandbox, match="not a plain")
+    from aitune_ray.checkpoint import format as fmt
+
+    assert not fmt.is_plain_member("modules/0/weights.safetensors\n")
+    with pytest.raises(CheckpointError, match="plain file name"):
+        fmt.check_artifact_name("model.onnx\n", "m")
+
+
+def test_a_zip64_offset_beyond_the_file_is_one_error_line(setup, capsys):
+    from aitune_ray.command.cli import main
+
+    path, bait, sandbox = setup
+    hostile.rebuilt(path, offsets={"modules/0/weights.safetensors": 2 ** 64 - 1})
+    refused(path, bait, sandbox, match="beyond the file")
+    assert main(["inspect", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("error: ") and "beyond the file" in err, err
+    assert "Traceback" not in out + err
+
+
+def test_a_fifo_or_a_device_at_the_checkpoint_path_is_refused_without_hanging(tmp_path):
+    from aitune_ray.checkpoint.inspection import inspect_checkpoint
+
+    fifo, zero = tmp_path / "fifo.ait", tmp_path / "zero.ait"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "FIFO"), (zero, "character device")):
+        fresh = ait.Module(mlp(seed=4), "m")
+        before = snapshot(fresh.module)
+        with pytest.raises(CheckpointError, match=kind):
+            within(30, lambda: ait.load(fresh, path))
+        assert hostile.same_state(fresh.module, before)
+        with pytest.raises(CheckpointError, match=kind):
+            within(30, lambda: inspect_checkpoint(path))
