@@ -509,3 +509,59 @@ def test_a_fifo_or_a_device_at_the_checkpoint_path_is_refused_without_hanging(tm
         assert hostile.same_state(fresh.module, before)
         with pytest.raises(CheckpointError, match=kind):
             within(30, lambda: inspect_checkpoint(path))
+
+
+# ----- module paths that name what cannot be replaced ------------------------------------------------------------
+
+class _ReadOnly:
+    """A pipeline whose module is a property without a setter."""
+
+    def __init__(self):
+        self._a = mlp(seed=5)
+
+    @property
+    def a(self):
+        return self._a
+
+
+class _InTuple:
+    def __init__(self):
+        self.blocks = (mlp(seed=5),)
+
+
+class _Picky:
+    """Takes back its own Sequential, refuses anything else (a wrapper) at attribute 'a'."""
+
+    def __init__(self):
+        object.__setattr__(self, "a", mlp(seed=5))
+
+    def __setattr__(self, name, value):
+        if type(value) is not torch.nn.Sequential:   # a wrapper says its __class__ is the module's
+            raise AttributeError(f"{name} must stay a Sequential")
+        object.__setattr__(self, name, value)
+
+
+def _inner(obj):
+    return obj._a if isinstance(obj, _ReadOnly) else obj.blocks[0] if isinstance(obj, _InTuple) else obj.a
+
+
+@pytest.mark.parametrize("holder, path", [(_ReadOnly, "a"), (_InTuple, "blocks.0"), (_Picky, "a")])
+def test_a_module_path_naming_what_cannot_be_replaced_is_refused_and_changes_nothing(tmp_path, holder, path):
+    class Pipe:
+        def __init__(self):
+            self.a = tuned(mlp(0), TorchEagerBackend(), "a")
+
+    saved = ait.save(Pipe(), tmp_path / "p.ait")
+    edit_manifest(saved, lambda m: (m["modules"][0].update(path=path), m.update(module_names=[path])))
+    sandbox = Sandbox(tmp_path)
+    try:
+        target = holder()
+        before, leftovers = snapshot(_inner(target)), sandbox.leftovers()
+        with pytest.raises(CheckpointError) as err:
+            ait.load(target, saved)
+        assert "\n" not in str(err.value)
+        assert hostile.same_state(_inner(target), before), "the user's weights were replaced"
+        assert type(_inner(target)) is torch.nn.Sequential
+        assert sandbox.leftovers() == leftovers, "the load's temporary folder was left behind"
+    finally:
+        sandbox.close()
