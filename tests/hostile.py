@@ -372,6 +372,20 @@ def add_custom_op(model, library: str) -> None:
         {"session_options": {"custom_op_library": library}})})
 
 
+def add_local_function_and_custom_op(model, domain: str = "ai.custom") -> None:
+    """A local function of domain (unused) and, after the output, an operator of that domain that no function
+    defines (only a custom-op library could provide it). No metadata names a library."""
+    from onnx import helper
+
+    function = helper.make_function(domain, "Harmless", ["x"], ["y"], [helper.make_node("Identity", ["x"], ["y"])],
+                                    [helper.make_opsetid("", 17)])
+    model.functions.append(function)
+    output = model.graph.output[0].name
+    model.graph.node.append(helper.make_node("Evil", [output], [output + "_evil"], domain=domain))
+    model.graph.output[0].name = output + "_evil"
+    model.opset_import.append(helper.make_opsetid(domain, 1))
+
+
 def point_data_outside(model, location: str) -> None:
     from onnx import TensorProto
 

@@ -192,6 +192,21 @@ def test_onnx_artifact_naming_a_custom_op_library_is_refused(setup, tmp_path, mo
     assert shown not in Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else True
 
 
+def test_a_local_function_does_not_admit_other_operators_of_its_domain(setup, tmp_path):
+    """The function 'ai.custom::Harmless' is the model's own; 'ai.custom::Evil' is not, and needs a library."""
+    import onnx
+
+    from aitune_ray.checkpoint.artifact_check import check_onnx_model
+
+    path, bait, sandbox = setup
+    hostile.replace_onnx(path, hostile.add_local_function_and_custom_op)
+    assert "ai.custom::Evil" in refused(path, bait, sandbox, match="custom domain")
+    model = onnx.load_from_string(hostile.part(path, "modules/0/artifacts/model.onnx"))
+    model.graph.node[-1].op_type = "Harmless"     # a call of the model's own function is no custom op
+    (tmp_path / "own.onnx").write_bytes(model.SerializeToString())
+    check_onnx_model("m", "own.onnx", tmp_path / "own.onnx", {"own.onnx"})
+
+
 def test_onnx_artifact_with_external_data_outside_the_checkpoint_is_refused(setup):
     path, bait, sandbox = setup
     hostile.replace_onnx(path, lambda model: hostile.point_data_outside(model, "../../../etc/hostname"))
@@ -348,6 +363,25 @@ def test_a_config_choosing_the_compiler_is_refused(setup):
     hostile.backend_spec(path, _inductor_jit({"cpp.cxx": [str(compiler)]}))
     message = refused(path, bait, sandbox, match="options\\['cpp.cxx'\\]")
     assert "allow_native_code=True" in message and not marker.exists()
+
+
+@pytest.mark.parametrize("options", [{"max_autotune": "yes"}, {"max_fusion_size": [64] * 1000},
+                                     {"cpp.threads": True}, {"max_autotune_gemm_backends": {"x": "ATEN"}},
+                                     {"max_autotune_gemm_backends": "ATEN" * 100}, {"triton.max_tiles": 2.5}])
+def test_an_allowed_inductor_option_of_the_wrong_type_is_refused(setup, options):
+    path, bait, sandbox = setup
+    hostile.backend_spec(path, _inductor_jit(options))
+    (key,) = options
+    refused(path, bait, sandbox, match=f"options\\[{key!r}\\]".replace(".", "\\."))
+
+
+def test_allowed_inductor_options_of_their_own_types_pass_the_check():
+    from aitune_ray.backend import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_ray.checkpoint.config_check import unsafe_field
+
+    config = TorchInductorJitBackendConfig(options={"max_autotune": True, "max_fusion_size": 32, "cpp.simdlen": None,
+                                                    "max_autotune_gemm_backends": "ATEN,TRITON"})
+    assert unsafe_field(TorchInductorJitBackend(config).config) is None
 
 
 def test_a_config_choosing_a_folder_to_write_is_refused(setup):
