@@ -599,3 +599,43 @@ def test_a_module_path_naming_what_cannot_be_replaced_is_refused_and_changes_not
         assert sandbox.leftovers() == leftovers, "the load's temporary folder was left behind"
     finally:
         sandbox.close()
+
+
+# ----- what save writes, beside files another user planted ----------------------------------------------------
+
+def test_a_fifo_named_like_a_stale_temporary_file_does_not_hang_save(tmp_path):
+    target = tmp_path / "m.ait"
+    fifo = tmp_path / ".m.ait.0123456789ab.tmp"   # the name of a killed save's temporary file
+    os.mkfifo(fifo)
+    wrapped = tuned(mlp(), TorchEagerBackend(), "m")
+    assert within(60, lambda: ait.save(wrapped, target)) == target
+    assert fifo.exists(), "a FIFO is not a temporary file of a save: it is left alone"
+    fresh = ait.Module(mlp(seed=4), "m")
+    ait.load(fresh, target)
+    assert torch.equal(fresh(X), wrapped(X))
+
+
+def test_save_replaces_a_symlink_planted_at_its_path_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's own file\n")
+    target = tmp_path / "m.ait"
+    target.symlink_to(victim)
+    ait.save(tuned(mlp(), TorchEagerBackend(), "m"), target)
+    assert victim.read_text() == "the victim's own file\n"
+    assert not target.is_symlink() and target.stat().st_size > 1000
+
+
+def test_a_checkpoint_this_run_wrote_that_became_a_fifo_is_refused_without_hanging(tmp_path):
+    from aitune_ray.checkpoint.own import OwnCheckpoint
+
+    wrapped = tuned(mlp(), TorchEagerBackend(), "m")
+    own = OwnCheckpoint(tmp_path / "m.ait")
+    own.save(wrapped)
+    own.path.unlink()
+    os.mkfifo(own.path)
+
+    def load_back():
+        with own.load(ait.Module(mlp(seed=4), "m")):
+            pass
+    with pytest.raises(CheckpointError, match="FIFO"):
+        within(30, load_back)
