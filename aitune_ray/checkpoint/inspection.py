@@ -10,7 +10,6 @@ shown as the strings they are stored as.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +17,7 @@ from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.records.imports import short_name
+from aitune_ray.runtime import tempdirs
 
 EXIT_OK, EXIT_BAD = 0, 1
 
@@ -37,7 +37,7 @@ def inspect_checkpoint(path: str | Path) -> dict:
 
 
 def _inspect(path: Path) -> dict:
-    with CheckpointArchive(path) as archive, tempfile.TemporaryDirectory(prefix="aitune-ray-inspect-") as scratch:
+    with CheckpointArchive(path) as archive, tempdirs.folder("inspect") as scratch:
         manifest = archive.manifest()
         modules = []
         for entry in manifest["modules"]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import weakref
 from pathlib import Path
 from typing import Any, Iterable
@@ -24,6 +23,7 @@ from aitune_ray.checkpoint.artifact_check import check_artifacts
 from aitune_ray.checkpoint.config_check import check_configs
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
+from aitune_ray.runtime import tempdirs
 from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import (AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError,
                                UnknownClassError)
@@ -175,7 +175,7 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
             for entry in entries:
                 if backends[entry["path"]] is not None:
                     check_configs(entry["path"], backends[entry["path"]], trusted)
-            workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
+            workdir = tempdirs.make("load")
             tensors, artifacts = _extract_all(archive, entries, targets, backends, workdir, trusted)
     except BaseException as exc:
         if workdir is not None:

@@ -10,7 +10,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import uuid
 import zipfile
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.weights import save_weights
-from aitune_ray.runtime import files
+from aitune_ray.runtime import files, tempdirs
 from aitune_ray.runtime.device import module_device
 from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.records.imports import short_name
@@ -127,7 +126,7 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
     try:
         temp, fd = _locked_temp(path)
         with os.fdopen(fd, "wb", closefd=False) as target, \
-                tempfile.TemporaryDirectory(prefix="aitune-ray-save-") as scratch:
+                tempdirs.folder("save") as scratch:
             write_archive(target, entries, list(modules.values()), artifacts, Path(scratch), signing_key)
             target.flush()
             os.fsync(target.fileno())
