@@ -82,8 +82,8 @@ def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dic
         raise ConfigError(f"{json_path} is not JSON: {exc}") from exc
     try:
         run = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{json_path} is not JSON: {' '.join(str(exc).split())[:200] or 'nested too deeply'}") \
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise ConfigError(f"{json_path} is not JSON: {' '.join(str(exc).split())[:200] or 'too large to parse'}") \
             from exc
     if not isinstance(run, dict) or not isinstance(run.get("report"), dict):
         raise ConfigError(f"{json_path} is not a job's JSON report (it has no 'report' mapping)")
