@@ -143,6 +143,33 @@ def scratch(tmp_path, monkeypatch):
     return folder
 
 
+def temporaries_left(folder) -> list[str]:
+    """What is left in a temporary folder, relative to it: every file and folder but this user's private root
+    of temporary folders and its owners' lock files (aitune_ray.runtime.tempdirs), which outlive a run."""
+    from pathlib import Path
+
+    found = set()
+    for root, folders, files in os.walk(folder):
+        found.update(str(Path(root, name).relative_to(folder)) for name in folders + files)
+    return sorted(without_temp_root(found))
+
+
+def without_temp_root(paths) -> set[str]:
+    """paths (relative, as strings) without this user's private temporary root and the lock files in it."""
+    import re
+    from pathlib import Path
+
+    from aitune_ray.runtime import tempdirs
+
+    root = f"{tempdirs.PREFIX}{os.getuid()}"
+
+    def bookkeeping(path: str) -> bool:
+        parts = Path(path).parts
+        return parts[-1] == root or (len(parts) > 1 and parts[-2] == root
+                                     and re.fullmatch(r"[0-9a-f]{16}\.lock", parts[-1]) is not None)
+    return {p for p in paths if not bookkeeping(p)}
+
+
 def descendants(pid: int) -> dict[int, str]:
     """{pid: command line} of every live process below pid (from /proc; zombies left out)."""
     parents: dict[int, list[int]] = {}

@@ -5,6 +5,10 @@ Job files: mutations of the example jobs (wrong types, unknown keys, missing key
 paths, YAML errors), each made invalid on purpose. Each must be refused by load_job with a one-line
 ConfigError naming the mutated key (for YAML errors: the line), never another exception, never accepted.
 
+Run records: a real job's JSON report with a field of another type, a huge number, a key removed, a value
+nested deeply, the text cut short or made invalid UTF-8. Each must render, or be refused with a one-line
+ConfigError that leaves no report file; never another exception.
+
 Checkpoints: a two-module checkpoint (ONNX Runtime and a JIT backend) cut at 20 offsets, with 200 single
 bit flips, every hostile case of tests/hostile.py, AOTInductor packages without a binary (package_shapes),
 configs of known backends that name a program, a library, a file or a folder (config_shapes), and weights
@@ -439,6 +443,88 @@ def hostile_archive_names() -> list[str]:
     return sorted(hostile.ARCHIVE_CASES)
 
 
+
+# ----- run records (the JSON that `aitune-ray report` reads) ---------------------------------------------------
+
+RUN_SEED = 20261206
+RUN_KINDS = ("wrong_type", "huge_number", "missing_key", "cut_text", "not_utf8", "deep_nesting")
+
+
+def json_fields(node: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """(path, value) of every key and list item under node."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield (*path, key), value
+        yield from json_fields(value, (*path, key))
+
+
+def run_record_cases(run: dict, count: int = 240, seed: int = RUN_SEED) -> list[tuple[str, str, bytes]]:
+    """(kind, where, the file's bytes): count mutations of a job's run record, the same ones for one seed."""
+    rng = random.Random(seed)
+    text = json.dumps(run).encode()
+    fields = list(json_fields(run))
+    cases: list[tuple[str, str, bytes]] = []
+    while len(cases) < count:
+        kind = RUN_KINDS[len(cases) % len(RUN_KINDS)]
+        mutated = copy.deepcopy(run)
+        path, value = rng.choice(fields)
+        where = _key(path)
+        if kind == "wrong_type":
+            choices = [w for w in WRONG if type(w) is not type(value)]
+            _set(mutated, path, copy.deepcopy(rng.choice(choices)))
+        elif kind == "huge_number":
+            _set(mutated, path, rng.choice(HUGE))
+        elif kind == "missing_key":
+            parent = mutated
+            for part in path[:-1]:
+                parent = parent[part]
+            del parent[path[-1]]
+        elif kind == "deep_nesting":
+            _set(mutated, path, json.loads("[" * 50 + "]" * 50))
+        if kind == "cut_text":
+            cut = rng.randrange(1, len(text))
+            cases.append((kind, f"cut at {cut}", text[:cut]))
+        elif kind == "not_utf8":
+            at = rng.randrange(len(text))
+            cases.append((kind, f"byte {at}", text[:at] + b"\xff\xfe" + text[at:]))
+        else:
+            cases.append((kind, where, json.dumps(mutated, allow_nan=True).encode()))
+    return cases
+
+
+def render_outcome(path: Path, out: Path) -> str:
+    """'rendered', 'refused' (a one-line ConfigError) or 'crash: ...' for one `report` of path."""
+    from aitune_ray.report import render_run_file
+
+    try:
+        render_run_file(path, out)
+    except ConfigError as exc:
+        if "\n" in str(exc):
+            return f"crash: a message of several lines: {exc}"
+        left = sorted(p.name for p in out.glob(f"{path.stem}*") if p.is_file()) if out.exists() else []
+        return "refused" if not left else f"partial: refused, but wrote {left}"
+    except Exception as exc:  # noqa: BLE001 - counted
+        return f"crash: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return "rendered"
+
+
+def fuzz_run_records(run_json: Path, folder: Path, count: int = 240) -> tuple[Counter, list[str]]:
+    """Counts by outcome (and by kind), with every crash described."""
+    run = json.loads(run_json.read_text())
+    counts, failures = Counter(), []
+    for index, (kind, where, data) in enumerate(run_record_cases(run, count)):
+        case = folder / f"case-{index}" / run_json.name
+        case.parent.mkdir(parents=True)
+        case.write_bytes(data)
+        outcome = render_outcome(case, case.parent / "out")
+        counts[outcome.partition(":")[0]] += 1
+        counts[f"kind {kind}"] += 1
+        if outcome not in ("rendered", "refused"):
+            failures.append(f"{kind} {where}: {outcome}")
+    counts["mutations"] = count
+    return counts, failures
+
+
 def table(title: str, counts: Counter) -> str:
     rows = [f"{title}", *(f"  {k:<40} {v:>5}" for k, v in sorted(counts.items()))]
     return "\n".join(rows)
@@ -454,11 +540,19 @@ def main() -> int:
         middle = time.perf_counter()
         checkpoints, checkpoint_failures = fuzz_checkpoints(Path(scratch))
         end = time.perf_counter()
+        from tests.report_helpers import run_quick_job
+
+        (Path(scratch) / "job").mkdir()
+        record = run_quick_job(Path(scratch) / "job").with_suffix(".json")
+        (Path(scratch) / "records").mkdir()
+        runs, run_failures = fuzz_run_records(record, Path(scratch) / "records")
+        last = time.perf_counter()
     print(table(f"job files ({middle - start:.1f} s, seed {JOB_SEED})", jobs))
     print(table(f"checkpoints ({end - middle:.1f} s, seed {CHECKPOINT_SEED})", checkpoints))
-    for failure in job_failures + checkpoint_failures:
+    print(table(f"run records ({last - end:.1f} s with the job, seed {RUN_SEED})", runs))
+    for failure in job_failures + checkpoint_failures + run_failures:
         print("FAILED", failure)
-    return 1 if job_failures or checkpoint_failures else 0
+    return 1 if job_failures or checkpoint_failures or run_failures else 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import struct
 import sys
 import tempfile
 import uuid
+import zlib
 import zipfile
 from pathlib import Path
 
@@ -132,7 +133,11 @@ class Sandbox:
         os.environ["TMPDIR"] = str(self.folder)   # native loaders (AOTInductor's) make their folders there
 
     def leftovers(self) -> set[str]:
-        return files_under(self.folder)
+        """What is in the folder, but for this user's private root of temporary folders and its owners' lock
+        files (aitune_ray.runtime.tempdirs), which outlive a load by design."""
+        from tests.fault_helpers import without_temp_root
+
+        return without_temp_root(files_under(self.folder))
 
     def close(self) -> None:
         tempfile.tempdir, old = self._old
@@ -371,6 +376,20 @@ def add_custom_op(model, library: str) -> None:
         {"session_options": {"custom_op_library": library}})})
 
 
+def add_local_function_and_custom_op(model, domain: str = "ai.custom") -> None:
+    """A local function of domain (unused) and, after the output, an operator of that domain that no function
+    defines (only a custom-op library could provide it). No metadata names a library."""
+    from onnx import helper
+
+    function = helper.make_function(domain, "Harmless", ["x"], ["y"], [helper.make_node("Identity", ["x"], ["y"])],
+                                    [helper.make_opsetid("", 17)])
+    model.functions.append(function)
+    output = model.graph.output[0].name
+    model.graph.node.append(helper.make_node("Evil", [output], [output + "_evil"], domain=domain))
+    model.graph.output[0].name = output + "_evil"
+    model.opset_import.append(helper.make_opsetid(domain, 1))
+
+
 def point_data_outside(model, location: str) -> None:
     from onnx import TensorProto
 
@@ -513,3 +532,85 @@ def with_weights_of_dtype(path: Path, dtype: torch.dtype) -> None:
 def with_many_entries(path: Path, count: int) -> None:
     """The archive with count empty members added."""
     write_parts(path, [(i.filename, d) for i, d in parts_of(path)] + [(f"pad/{n}", b"") for n in range(count)])
+
+
+# ----- archives written byte by byte (struct), as an attacker writes them -------------------------------------
+
+DOS_DATE = 0x21   # 1980-01-01, 00:00
+
+
+def _local_header(name: bytes, data: bytes) -> bytes:
+    return struct.pack("<4s5H3I2H", b"PK\x03\x04", 20, 0, 0, 0, DOS_DATE, zlib.crc32(data), len(data), len(data),
+                       len(name), 0) + name
+
+
+def _central_entry(name: bytes, data: bytes, offset: int, extra: bytes = b"") -> bytes:
+    return struct.pack("<4s6H3I5H2I", b"PK\x01\x02", 20, 20, 0, 0, 0, DOS_DATE, zlib.crc32(data), len(data),
+                       len(data), len(name), len(extra), 0, 0, 0, 0, offset) + name + extra
+
+
+def chain_data(chain: list[str], payload: bytes) -> dict[str, bytes]:
+    """The data of each member of an overlapping chain: the next member's local header and data (the last
+    member's: payload)."""
+    data, tail = {}, payload
+    for name in reversed(chain):
+        data[name] = tail
+        tail = _local_header(name.encode(), tail) + tail
+    return data
+
+
+def struct_zip(members: list[tuple[bytes | str, bytes]], chain: list[str] = (), payload: bytes = b"",
+               offsets: dict[str, int] | None = None) -> bytes:
+    """A zip of stored members written with struct. members: (name, data), one after the other (a name may
+    hold any byte). chain: members that overlap, written after them (a quoted overlap: each one's data are the
+    next one's header and data, chain_data). offsets: a central directory offset to record instead of the real
+    one (0xFFFFFFFF: the offset is given in a zip64 extra field instead)."""
+    out, central = bytearray(), bytearray()
+    for name, data in members:
+        name = name.encode() if isinstance(name, str) else name
+        offset, extra = len(out), b""
+        wanted = (offsets or {}).get(name.decode("utf-8", "replace"))
+        if wanted is not None and wanted >= 0xFFFFFFFF:
+            offset, extra = 0xFFFFFFFF, struct.pack("<2HQ", 1, 8, wanted)
+        elif wanted is not None:
+            offset = wanted
+        central += _central_entry(name, data, offset, extra)
+        out += _local_header(name, data) + data
+    at, chained = len(out), chain_data(list(chain), payload)
+    for name in chain:
+        central += _central_entry(name.encode(), chained[name], at)
+        at += 30 + len(name.encode())
+    if chain:
+        out += _local_header(chain[0].encode(), chained[chain[0]]) + chained[chain[0]]
+    count = len(members) + len(chain)
+    return bytes(out + central + struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, count, count, len(central),
+                                             len(out), 0))
+
+
+def rebuilt(path: Path, edit_manifest_with=None, rename: dict[str, bytes] | None = None,
+            chain: list[str] = (), payload: bytes = b"", offsets: dict[str, int] | None = None) -> None:
+    """path's checkpoint written again with struct_zip: the manifest edited (its hash fixed), members renamed to
+    raw names, an overlapping chain added, central directory offsets changed."""
+    manifest = manifest_of(path)
+    if edit_manifest_with is not None:
+        edit_manifest_with(manifest)
+    text = json.dumps(manifest).encode()
+    members = [((rename or {}).get(i.filename, i.filename), d) for i, d in parts_of(path)
+               if i.filename not in ("manifest.json", "manifest.sha256")]
+    members += [("manifest.json", text), ("manifest.sha256", (hashlib.sha256(text).hexdigest() + "\n").encode())]
+    path.write_bytes(struct_zip(members, chain, payload, offsets))
+
+
+def with_overlapping_parts(path: Path, count: int = 40, payload: bytes = bytes(256 << 10)) -> int:
+    """Module 0 given count more artifacts whose bytes overlap (each one's data hold all the later ones), each
+    listed in the manifest with its true size and SHA-256, as an attacker lists them. Returns the bytes that
+    extracting them all would write."""
+    chain = [f"modules/0/artifacts/z{n}" for n in range(count)]
+    data = chain_data(chain, payload)
+
+    def add(m):
+        for name in chain:
+            m["modules"][0]["artifacts"][name.rsplit("/", 1)[1]] = {
+                "member": name, "size": len(data[name]), "sha256": hashlib.sha256(data[name]).hexdigest()}
+    rebuilt(path, add, chain=chain, payload=payload)
+    return sum(len(d) for d in data.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from aitune_ray.kernel_forge import KernelProvider
 from aitune_ray.api.module import ModuleState
 from aitune_ray.records.registry import untrusted
 from tests import hostile
+from tests.fault_helpers import without_temp_root
 from tests.hostile import Bait, Sandbox, X, edit_manifest, mlp, snapshot, tuned
 
 
@@ -60,7 +62,7 @@ def refused(path: Path, bait: Bait, sandbox: Sandbox, error=CheckpointError, mat
     assert not bait.imported(), "the checkpoint imported the module it names"
     assert hostile.new_modules(modules) == []
     assert sandbox.leftovers() == temporary, "the load left files in its temporary folder"
-    assert hostile.files_under(path.parent.parent) - outside == set(), "the load wrote files"
+    assert without_temp_root(hostile.files_under(path.parent.parent) - outside) == set(), "the load wrote files"
     return message
 
 
@@ -189,6 +191,21 @@ def test_onnx_artifact_naming_a_custom_op_library_is_refused(setup, tmp_path, mo
     assert "ai.custom" in message
     assert not marker.exists()
     assert shown not in Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else True
+
+
+def test_a_local_function_does_not_admit_other_operators_of_its_domain(setup, tmp_path):
+    """The function 'ai.custom::Harmless' is the model's own; 'ai.custom::Evil' is not, and needs a library."""
+    import onnx
+
+    from aitune_ray.checkpoint.artifact_check import check_onnx_model
+
+    path, bait, sandbox = setup
+    hostile.replace_onnx(path, hostile.add_local_function_and_custom_op)
+    assert "ai.custom::Evil" in refused(path, bait, sandbox, match="custom domain")
+    model = onnx.load_from_string(hostile.part(path, "modules/0/artifacts/model.onnx"))
+    model.graph.node[-1].op_type = "Harmless"     # a call of the model's own function is no custom op
+    (tmp_path / "own.onnx").write_bytes(model.SerializeToString())
+    check_onnx_model("m", "own.onnx", tmp_path / "own.onnx", {"own.onnx"})
 
 
 def test_onnx_artifact_with_external_data_outside_the_checkpoint_is_refused(setup):
@@ -349,6 +366,25 @@ def test_a_config_choosing_the_compiler_is_refused(setup):
     assert "allow_native_code=True" in message and not marker.exists()
 
 
+@pytest.mark.parametrize("options", [{"max_autotune": "yes"}, {"max_fusion_size": [64] * 1000},
+                                     {"cpp.threads": True}, {"max_autotune_gemm_backends": {"x": "ATEN"}},
+                                     {"max_autotune_gemm_backends": "ATEN" * 100}, {"triton.max_tiles": 2.5}])
+def test_an_allowed_inductor_option_of_the_wrong_type_is_refused(setup, options):
+    path, bait, sandbox = setup
+    hostile.backend_spec(path, _inductor_jit(options))
+    (key,) = options
+    refused(path, bait, sandbox, match=f"options\\[{key!r}\\]".replace(".", "\\."))
+
+
+def test_allowed_inductor_options_of_their_own_types_pass_the_check():
+    from aitune_ray.backend import TorchInductorJitBackend, TorchInductorJitBackendConfig
+    from aitune_ray.checkpoint.config_check import unsafe_field
+
+    config = TorchInductorJitBackendConfig(options={"max_autotune": True, "max_fusion_size": 32, "cpp.simdlen": None,
+                                                    "max_autotune_gemm_backends": "ATEN,TRITON"})
+    assert unsafe_field(TorchInductorJitBackend(config).config) is None
+
+
 def test_a_config_choosing_a_folder_to_write_is_refused(setup):
     path, bait, sandbox = setup
     folder = path.parent / "trace"
@@ -414,3 +450,193 @@ def test_weights_of_another_dtype_are_refused_not_cast(setup, dtype):
     hostile.with_weights_of_dtype(path, dtype)
     message = refused(path, bait, sandbox, match="never casts")
     assert str(dtype).replace("torch.", "") in message
+
+
+# ----- archives that would write more than they hold, and paths that are not files -----------------------------
+
+def within(seconds: float, work):
+    """work() run in a thread that must finish within seconds (a hang fails the test instead of hanging it)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: it hangs"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def test_overlapping_members_are_refused_before_anything_is_extracted(setup):
+    """A quoted-overlap zip written with struct: 40 artifacts whose bytes overlap, each listed with its true size
+    and SHA-256. Every member passes the ratio rule, yet extracting them all would write 38 times the file."""
+    path, bait, sandbox = setup
+    total = hostile.with_overlapping_parts(path)
+    assert total > 30 * path.stat().st_size
+    refused(path, bait, sandbox, match="overlaps member")
+
+
+def test_an_archive_never_writes_more_than_its_members_hold(saved, tmp_path):
+    from aitune_ray.checkpoint.reader import CheckpointArchive
+
+    with CheckpointArchive(saved[0]) as archive:
+        part = archive.manifest()["modules"][0]["weights"]
+        archive.extract(part, tmp_path / "first")
+        archive.extract(archive.manifest()["modules"][0]["artifacts"]["model.onnx"], tmp_path / "second")
+        with pytest.raises(CheckpointError, match="more than the"):
+            archive.extract(part, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_member_name_with_a_nul_is_refused_not_cut_short(setup):
+    """zipfile cuts a name at its first NUL: 'model.onnx\\0.so' would be read as 'model.onnx'."""
+    path, bait, sandbox = setup
+    hostile.rebuilt(path, rename={"modules/0/artifacts/model.onnx": b"modules/0/artifacts/model.onnx\x00.so"})
+    refused(path, bait, sandbox, match="NUL")
+
+
+def test_names_ending_in_a_newline_are_not_plain(setup):
+    path, bait, sandbox = setup
+
+    def rename(m):
+        part = m["modules"][0]["artifacts"].pop("model.onnx")
+        m["modules"][0]["artifacts"]["model.onnx\n"] = dict(part, member="modules/0/artifacts/model.onnx\n")
+    hostile.rebuilt(path, rename, rename={"modules/0/artifacts/model.onnx": b"modules/0/artifacts/model.onnx\n"})
+    refused(path, bait, sandbox, match="not a plain")
+    from aitune_ray.checkpoint import format as fmt
+
+    assert not fmt.is_plain_member("modules/0/weights.safetensors\n")
+    with pytest.raises(CheckpointError, match="plain file name"):
+        fmt.check_artifact_name("model.onnx\n", "m")
+
+
+def test_a_zip64_offset_beyond_the_file_is_one_error_line(setup, capsys):
+    from aitune_ray.command.cli import main
+
+    path, bait, sandbox = setup
+    hostile.rebuilt(path, offsets={"modules/0/weights.safetensors": 2 ** 64 - 1})
+    refused(path, bait, sandbox, match="beyond the file")
+    assert main(["inspect", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("error: ") and "beyond the file" in err, err
+    assert "Traceback" not in out + err
+
+
+def test_a_fifo_or_a_device_at_the_checkpoint_path_is_refused_without_hanging(tmp_path):
+    from aitune_ray.checkpoint.inspection import inspect_checkpoint
+
+    fifo, zero = tmp_path / "fifo.ait", tmp_path / "zero.ait"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "FIFO"), (zero, "character device")):
+        fresh = ait.Module(mlp(seed=4), "m")
+        before = snapshot(fresh.module)
+        with pytest.raises(CheckpointError, match=kind):
+            within(30, lambda: ait.load(fresh, path))
+        assert hostile.same_state(fresh.module, before)
+        with pytest.raises(CheckpointError, match=kind):
+            within(30, lambda: inspect_checkpoint(path))
+
+
+# ----- module paths that name what cannot be replaced ------------------------------------------------------------
+
+class _ReadOnly:
+    """A pipeline whose module is a property without a setter."""
+
+    def __init__(self):
+        self._a = mlp(seed=5)
+
+    @property
+    def a(self):
+        return self._a
+
+
+class _InTuple:
+    def __init__(self):
+        self.blocks = (mlp(seed=5),)
+
+
+class _Picky:
+    """Takes back its own Sequential, refuses anything else (a wrapper) at attribute 'a'."""
+
+    def __init__(self):
+        object.__setattr__(self, "a", mlp(seed=5))
+
+    def __setattr__(self, name, value):
+        if type(value) is not torch.nn.Sequential:   # a wrapper says its __class__ is the module's
+            raise AttributeError(f"{name} must stay a Sequential")
+        object.__setattr__(self, name, value)
+
+
+def _inner(obj):
+    return obj._a if isinstance(obj, _ReadOnly) else obj.blocks[0] if isinstance(obj, _InTuple) else obj.a
+
+
+@pytest.mark.parametrize("holder, path", [(_ReadOnly, "a"), (_InTuple, "blocks.0"), (_Picky, "a")])
+def test_a_module_path_naming_what_cannot_be_replaced_is_refused_and_changes_nothing(tmp_path, holder, path):
+    class Pipe:
+        def __init__(self):
+            self.a = tuned(mlp(0), TorchEagerBackend(), "a")
+
+    saved = ait.save(Pipe(), tmp_path / "p.ait")
+    edit_manifest(saved, lambda m: (m["modules"][0].update(path=path), m.update(module_names=[path])))
+    sandbox = Sandbox(tmp_path)
+    try:
+        target = holder()
+        before, leftovers = snapshot(_inner(target)), sandbox.leftovers()
+        with pytest.raises(CheckpointError) as err:
+            ait.load(target, saved)
+        assert "\n" not in str(err.value)
+        assert hostile.same_state(_inner(target), before), "the user's weights were replaced"
+        assert type(_inner(target)) is torch.nn.Sequential
+        assert sandbox.leftovers() == leftovers, "the load's temporary folder was left behind"
+    finally:
+        sandbox.close()
+
+
+# ----- what save writes, beside files another user planted ----------------------------------------------------
+
+def test_a_fifo_named_like_a_stale_temporary_file_does_not_hang_save(tmp_path):
+    target = tmp_path / "m.ait"
+    fifo = tmp_path / ".m.ait.0123456789ab.tmp"   # the name of a killed save's temporary file
+    os.mkfifo(fifo)
+    wrapped = tuned(mlp(), TorchEagerBackend(), "m")
+    assert within(60, lambda: ait.save(wrapped, target)) == target
+    assert fifo.exists(), "a FIFO is not a temporary file of a save: it is left alone"
+    fresh = ait.Module(mlp(seed=4), "m")
+    ait.load(fresh, target)
+    assert torch.equal(fresh(X), wrapped(X))
+
+
+def test_save_replaces_a_symlink_planted_at_its_path_and_never_writes_through_it(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's own file\n")
+    target = tmp_path / "m.ait"
+    target.symlink_to(victim)
+    ait.save(tuned(mlp(), TorchEagerBackend(), "m"), target)
+    assert victim.read_text() == "the victim's own file\n"
+    assert not target.is_symlink() and target.stat().st_size > 1000
+
+
+def test_a_checkpoint_this_run_wrote_that_became_a_fifo_is_refused_without_hanging(tmp_path):
+    from aitune_ray.checkpoint.own import OwnCheckpoint
+
+    wrapped = tuned(mlp(), TorchEagerBackend(), "m")
+    own = OwnCheckpoint(tmp_path / "m.ait")
+    own.save(wrapped)
+    own.path.unlink()
+    os.mkfifo(own.path)
+
+    def load_back():
+        with own.load(ait.Module(mlp(seed=4), "m")):
+            pass
+    with pytest.raises(CheckpointError, match="FIFO"):
+        within(30, load_back)

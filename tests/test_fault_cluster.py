@@ -20,7 +20,8 @@ import aitune_ray as ait
 from aitune_ray.command import cli
 from aitune_ray.errors import AITuneRayError, ClusterError
 from aitune_ray.measure.timing import MeasureConfig
-from tests.fault_helpers import GateConfig, GatedBackend, recorded_net, start_gate, tuner_processes, wait_until
+from tests.fault_helpers import (GateConfig, GatedBackend, recorded_net, start_gate, temporaries_left, tuner_processes,
+                                 wait_until)
 from tests.ray_helpers import BUSY_HOST, FastBackend, HelperConfig, SlowNet, WeightsAotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +147,7 @@ def test_a_worker_node_removed_mid_job_costs_its_in_flight_task_only_which_runs_
         del module, report, fresh
         executor.close()
         gc.collect()
-        assert not list(scratch.iterdir())
+        assert not temporaries_left(scratch), temporaries_left(scratch)
         assert not list((tmp_path / "logs").glob("work-actor*"))
     finally:
         ray.shutdown()

@@ -32,6 +32,7 @@ from tests.fault_helpers import (  # noqa: E402
     recorded_net,
     scratch,  # noqa: F401 - a fixture
     start_gate,
+    temporaries_left,
     tuner_processes,
     wait_until,
 )
@@ -73,7 +74,7 @@ def assert_nothing_left(cluster, executor, scratch: Path) -> None:
     wait_until(lambda: not alive_tuner_actors(cluster.dashboard_url), what="no tuner actor is alive")
     wait_until(lambda: not tuner_processes(), what=f"no tuner worker process: {tuner_processes()}")
     assert not list(Path(executor.log_dir).glob("work-actor*")), "an actor's work folder is left"
-    assert not list(scratch.iterdir()), f"temporary folders left: {list(scratch.iterdir())}"
+    assert not temporaries_left(scratch), f"temporary folders left: {temporaries_left(scratch)}"
 
 
 def kill_on_arrival(gate) -> threading.Thread:

@@ -82,3 +82,32 @@ sys.exit(code)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "backend type: markpkg.backend:Planted" in done.stdout
     assert not mark.exists()
+
+
+def _one_error_line(capsys) -> str:
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in out + err
+    return lines[0]
+
+
+@pytest.mark.parametrize("plan", [{"results": 5}, {"results": "abc"}, {"results": [5]}, {"providers": 7},
+                                  {"providers": [None]}, {"results": {"selected": True}}])
+def test_a_kernel_plan_of_wrong_types_is_one_error_line(checkpoint, tmp_path, capsys, plan):
+    bad = tmp_path / "bad.ait"
+    bad.write_bytes(checkpoint.read_bytes())
+    edit_manifest(bad, lambda m: m["modules"][0]["state"].update(kernel_plan=plan))
+    for argv in (["inspect", str(bad)], ["inspect", "--json", str(bad)]):
+        assert main(argv) == 1
+        assert "kernel_plan" in _one_error_line(capsys)
+
+
+def test_running_out_of_memory_reading_a_checkpoint_is_one_error_line(checkpoint, capsys, monkeypatch):
+    from aitune_ray.checkpoint import format as fmt
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+    monkeypatch.setattr(fmt, "parse_manifest", exhausted)
+    assert main(["inspect", str(checkpoint)]) == 1
+    assert "MemoryError" in _one_error_line(capsys)

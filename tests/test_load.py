@@ -15,7 +15,8 @@ from torch import nn
 
 import aitune_ray as ait
 from aitune_ray.measure.timing import MeasureConfig
-from tests.fault_helpers import alive_tuner_actors, descendants, scratch, wait_until  # noqa: F401 - a fixture
+from tests.fault_helpers import (alive_tuner_actors, descendants, scratch, temporaries_left,  # noqa: F401 - a fixture
+                                 wait_until)
 from tests.ray_helpers import FastBackend, HelperConfig, RaisingBackend, SlowNet, WeightsAotBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +81,7 @@ def test_load_inline(scratch):
     before = set(descendants(os.getpid()))
     run_load(ait.InlineExecutor(remeasure_rounds=2))
     assert set(descendants(os.getpid())) <= before
-    assert not list(scratch.iterdir()), f"temporary folders left: {list(scratch.iterdir())}"
+    assert not temporaries_left(scratch), f"temporary folders left: {temporaries_left(scratch)}"
 
 
 @pytest.mark.slow
@@ -94,7 +95,7 @@ def test_load_on_ray(scratch, monkeypatch):
         with executor:
             run_load(executor)
         # actors' work folders and the log folder (no candidate crashed, so no log is worth keeping)
-        assert not list(scratch.iterdir()), f"temporary folders left: {list(scratch.iterdir())}"
+        assert not temporaries_left(scratch), f"temporary folders left: {temporaries_left(scratch)}"
         wait_until(lambda: not alive_tuner_actors(context.dashboard_url), what="no tuner actor is alive")
     finally:
         ray.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 
@@ -129,6 +130,52 @@ def test_report_command_rejects_what_is_not_a_run(tmp_path, capsys):
     bad.write_text("[1, 2]")
     assert main(["report", str(bad)]) == 2
     assert "is not a job's JSON report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change", [
+    lambda r: r["report"]["modules"].__setitem__(0, 2.5),
+    lambda r: r["report"]["modules"][0]["results"][0].pop("status"),
+    lambda r: r["report"]["modules"][0]["results"][0].update(timings=[1, 2]),
+    lambda r: r["report"]["modules"][0].update(baseline=7),
+    lambda r: r["events"][0].update(event=[[]])])
+def test_report_command_answers_a_malformed_run_record_with_one_line_and_exit_code_2(quick_report, tmp_path, capsys,
+                                                                                     change):
+    run = json.loads(quick_report.with_suffix(".json").read_text())
+    change(run)
+    bad = tmp_path / "run.json"
+    bad.write_text(json.dumps(run))
+    assert main(["report", str(bad), "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out + err, err
+    assert not list((tmp_path / "out").glob("run.*")), "a refused record left report files"
+
+
+def test_the_report_replaces_a_symlink_planted_at_its_paths_and_never_writes_through_it(quick_report, tmp_path,
+                                                                                        capsys):
+    """Another user of the machine plants links where the report goes, to files of the victim's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {}
+    for name in ("mlp.md", "mlp.html", "mlp.json", "mlp-speedup.png", "mlp-timeline.png"):
+        victim = tmp_path / f"victim-{name}"
+        victim.write_text(f"the victim's own {name}\n")
+        (out / name).symlink_to(victim)
+        victims[name] = victim
+    assert main(["report", str(quick_report.with_suffix(".json")), "--out", str(out)]) == 0
+    for name, victim in victims.items():
+        assert victim.read_text() == f"the victim's own {name}\n", f"{name}: the report wrote through the symlink"
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 100
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [], "a temporary file was left"
+
+
+def test_a_fifo_given_as_the_run_record_is_refused_without_hanging(tmp_path, capsys):
+    from tests.test_checkpoint_security import within
+
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    assert within(30, lambda: main(["report", str(fifo)])) == 2
+    assert "FIFO" in capsys.readouterr().err
 
 
 # ----- the timeline's spans from executor events --------------------------------------------------

@@ -53,8 +53,8 @@ class BackendConfig:
     """Configuration of a backend: a dataclass of plain values."""
 
     #: What a checkpoint that is not trusted may set (the rule: aitune_ray/checkpoint/config_check.py):
-    #: field -> SAFE, a set of allowed option keys, a mapping of key -> rule, or a nested BackendConfig
-    #: class. A field left out must keep its default. None: a config of the user's own, read by their code.
+    #: field -> SAFE, a set of allowed option keys, a mapping of key -> rule, a type (bool, int, float, str:
+    #: the value's type), or a nested BackendConfig class. A field left out must keep its default. None: a config of the user's own, read by their code.
     safe_fields: ClassVar[dict | None] = None
 
     def to_dict(self) -> dict:

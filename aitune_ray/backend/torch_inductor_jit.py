@@ -19,23 +19,26 @@ from aitune_ray.model.samples import SampleStore
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-#: Inductor options a checkpoint may set (BackendConfig.safe_fields): switches and sizes of code generation.
-#: Left out, among others: cpp.cxx (the compiler run), trace.* and debug_dir (folders written), anything naming
-#: a path, a library or a command; those load only from a trusted checkpoint.
-SAFE_INDUCTOR_OPTIONS = frozenset({
-    "max_autotune", "max_autotune_pointwise", "max_autotune_gemm", "max_autotune_gemm_backends",
-    "max_autotune_gemm_search_space", "epilogue_fusion", "epilogue_fusion_first", "pattern_matcher",
-    "reorder_for_locality", "aggressive_fusion", "max_fusion_size", "realize_opcount_threshold",
-    "unroll_reductions_threshold", "split_reductions", "shape_padding", "comprehensive_padding", "pad_outputs",
-    "permute_fusion", "conv_1x1_as_mm", "layout_optimization", "freezing", "fallback_random", "implicit_fallbacks",
-    "size_asserts", "nan_asserts", "coordinate_descent_tuning", "coordinate_descent_check_all_directions",
-    "force_same_precision", "emulate_precision_casts", "combo_kernels", "benchmark_fusion", "dynamic_scale_rblock",
-    "group_fusion", "batch_fusion", "joint_graph_constant_folding", "cpp_wrapper", "triton.cudagraphs",
-    "triton.cudagraph_trees", "triton.cudagraph_skip_dynamic_graphs", "triton.autotune_pointwise",
-    "triton.autotune_cublasLt", "triton.max_tiles", "triton.persistent_reductions", "triton.multi_kernel",
+#: Inductor options a checkpoint may set (BackendConfig.safe_fields), each with the type its value must have:
+#: switches and sizes of code generation. Left out, among others: cpp.cxx (the compiler run), trace.* and
+#: debug_dir (folders written), anything naming a path, a library or a command; those load only from a trusted
+#: checkpoint.
+_SWITCHES = (
+    "max_autotune", "max_autotune_pointwise", "max_autotune_gemm", "epilogue_fusion", "epilogue_fusion_first",
+    "pattern_matcher", "reorder_for_locality", "aggressive_fusion", "split_reductions", "shape_padding",
+    "comprehensive_padding", "pad_outputs", "permute_fusion", "conv_1x1_as_mm", "layout_optimization", "freezing",
+    "fallback_random", "implicit_fallbacks", "size_asserts", "nan_asserts", "coordinate_descent_tuning",
+    "coordinate_descent_check_all_directions", "force_same_precision", "emulate_precision_casts", "combo_kernels",
+    "benchmark_fusion", "dynamic_scale_rblock", "group_fusion", "batch_fusion", "joint_graph_constant_folding",
+    "cpp_wrapper", "triton.cudagraphs", "triton.cudagraph_trees", "triton.cudagraph_skip_dynamic_graphs",
+    "triton.autotune_pointwise", "triton.autotune_cublasLt", "triton.persistent_reductions",
     "triton.divisible_by_16", "triton.unique_kernel_names", "triton.enable_persistent_tma_matmul",
-    "triton.use_block_ptr", "cpp.simdlen", "cpp.threads", "cpp.dynamic_threads", "cpp.min_chunk_size",
-    "cpp.enable_tiling_heuristics", "cpp.weight_prepack"})
+    "triton.use_block_ptr", "cpp.dynamic_threads", "cpp.enable_tiling_heuristics", "cpp.weight_prepack")
+_SIZES = ("max_fusion_size", "realize_opcount_threshold", "unroll_reductions_threshold", "triton.max_tiles",
+          "triton.multi_kernel", "cpp.simdlen", "cpp.threads", "cpp.min_chunk_size")
+_WORDS = ("max_autotune_gemm_backends", "max_autotune_gemm_search_space")   # "ATEN,TRITON", "DEFAULT"
+SAFE_INDUCTOR_OPTIONS = {**{name: bool for name in _SWITCHES}, **{name: int for name in _SIZES},
+                         **{name: str for name in _WORDS}}
 
 
 @dataclasses.dataclass

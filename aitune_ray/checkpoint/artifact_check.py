@@ -16,8 +16,9 @@ of the user's own (registered or passed to load) reads its artifacts with its ow
 
 ONNX models can ask for code and files from outside: operators of a custom domain, which only a custom-op
 library (a shared object) provides, and tensors whose data lie in external files at any path. A model is
-refused when a node uses a domain that is neither a standard one nor defined by the model's own functions,
-when it names a library in its metadata, when its external data are not files of the same module's
+refused when a node uses an operator of a domain that is not a standard one, unless it calls one of the
+model's own functions by its domain and name (a function of a domain does not admit the domain's other
+operators), when it names a library in its metadata, when its external data are not files of the same module's
 artifacts, and when a sparse tensor keeps its data outside the model (no exporter here writes one).
 """
 
@@ -144,15 +145,16 @@ def check_onnx_model(module: str, name: str, path: Path, artifact_names: set[str
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - a damaged protobuf raises several types
         raise CheckpointError(f"{where} is not a readable ONNX model: {type(exc).__name__}") from None
-    own = {function.domain for function in model.functions}
-    allowed = STANDARD_DOMAINS | own
+    # A local function is called by its (domain, name): it makes that one operator known, not its domain.
+    own = {(function.domain, function.name) for function in model.functions}
+    opsets = STANDARD_DOMAINS | {domain for domain, _ in own}
     graphs = [model.graph, *(f for f in model.functions)]
     for opset in model.opset_import:
-        if opset.domain not in allowed:
+        if opset.domain not in opsets:
             raise _custom(where, opset.domain)
     for graph in graphs:
         for node in _nodes(graph):
-            if node.domain not in allowed:
+            if node.domain not in STANDARD_DOMAINS and (node.domain, node.op_type) not in own:
                 raise _custom(where, node.domain, node.op_type)
             if node.op_type == EP_CONTEXT and not trusted:
                 raise _code(module, name, f"an ONNX model with an {EP_CONTEXT} node, an engine that an "

@@ -9,6 +9,8 @@ next to its fields what a checkpoint may set (``BackendConfig.safe_fields``), an
 - ``SAFE``: any value (a switch, a size, a name the library looks up among its own);
 - a set of keys: a mapping whose keys must all be among them (options known to name no path);
 - a mapping of key -> rule: a nested mapping, each key by its own rule;
+- bool, int, float or str: a value of that type (an int for a float; a bool is no int; a str of at most
+  MAX_TEXT characters; None keeps the library's default);
 - a BackendConfig class: a nested config, by that class's own declaration.
 
 A field that is not declared must keep its default value. Anything else is refused with a one-line
@@ -26,6 +28,9 @@ from aitune_ray.backend.backend import SAFE, BackendConfig, _plain
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.artifact_check import TRUST_HINT, parts_of
 from aitune_ray.errors import CheckpointError
+
+MAX_TEXT = 200
+SCALARS = (bool, int, float, str)
 
 
 def check_configs(module: str, backend, trusted: bool) -> None:
@@ -64,6 +69,8 @@ def unsafe_field(config: BackendConfig) -> tuple[str, Any] | None:
 def _check(rule: Any, value: Any, where: str) -> tuple[str, Any] | None:
     if rule is SAFE or value is None:
         return None
+    if rule in SCALARS:
+        return None if _of_type(value, rule) else (where, _plain(value))
     if isinstance(rule, type) and issubclass(rule, BackendConfig):
         if not isinstance(value, rule):
             return where, _plain(value)
@@ -82,6 +89,16 @@ def _check(rule: Any, value: Any, where: str) -> tuple[str, Any] | None:
             if found is not None:
                 return found
     return None
+
+
+def _of_type(value: Any, rule: type) -> bool:
+    if rule is bool or isinstance(value, bool):
+        return rule is bool and isinstance(value, bool)
+    if rule is float:
+        return isinstance(value, (int, float))
+    if rule is str:
+        return isinstance(value, str) and len(value) <= MAX_TEXT and value.isprintable()
+    return isinstance(value, rule)
 
 
 def _default(field: dataclasses.Field) -> Any:

@@ -37,9 +37,9 @@ EAGER = "eager"
 
 CHUNK = 1 << 20
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-_SAFE_MEMBER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")   # used with fullmatch: "$" would let a final "\n" pass
+_SAFE_MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # ----- the manifest's schema (checked with aitune_ray.records.validate; keys not declared here are ignored) -----
@@ -90,7 +90,7 @@ class ManifestRecord:
 
 def is_plain_member(name: str) -> bool:
     """A member name that is a relative path of plain names: no '..', no absolute path, no backslash."""
-    return isinstance(name, str) and len(name) < 512 and bool(_SAFE_MEMBER.match(name))
+    return isinstance(name, str) and len(name) < 512 and bool(_SAFE_MEMBER.fullmatch(name))
 
 
 def shown(text: Any, limit: int = 80) -> str:
@@ -109,7 +109,7 @@ def artifact_member(index: int, name: str) -> str:
 
 def check_artifact_name(name: str, module: str) -> str:
     """Artifact names become file names at load: plain names only, no folders or '..'."""
-    if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name) or name in (".", ".."):
         raise CheckpointError(f"module {shown(module)}: artifact name {shown(name)} is not a plain file name "
                               "(letters, digits, '_', '.', '+', '-')")
     return name
@@ -267,7 +267,7 @@ def _check_shape(manifest: dict) -> None:
             raise CheckpointError(f"{where}.is_jit: expected {'null' if entry['backend'] == EAGER else 'a boolean'}"
                                   f" for backend {shown(entry['backend'] if entry['backend'] == EAGER else 'spec')}")
         for name, part in [("weights", entry["weights"]), *entry["artifacts"].items()]:
-            if not _SHA256.match(part["sha256"]):
+            if not _SHA256.fullmatch(part["sha256"]):
                 raise CheckpointError(f"{where}: part {shown(name)} has no valid SHA-256 ({shown(part['sha256'])})")
         for name in entry["artifacts"]:
             check_artifact_name(name, entry["path"])

@@ -10,23 +10,34 @@ shown as the strings they are stored as.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.reader import CheckpointArchive
-from aitune_ray.errors import CheckpointError
+from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.records.imports import short_name
+from aitune_ray.runtime import tempdirs
 
 EXIT_OK, EXIT_BAD = 0, 1
 
 
 def inspect_checkpoint(path: str | Path) -> dict:
     """The summary of a checkpoint. Raises CheckpointError (or a subclass) when it is unreadable, its
-    manifest is changed or from a newer format, or any part does not match its recorded SHA-256."""
+    manifest is changed or from a newer format, or any part does not match its recorded SHA-256; whatever
+    else reading it raises (a library's error, MemoryError) reaches the caller as a CheckpointError too."""
     path = Path(path)
-    with CheckpointArchive(path) as archive, tempfile.TemporaryDirectory(prefix="aitune-ray-inspect-") as scratch:
+    try:
+        return _inspect(path)
+    except AITuneRayError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one promise: a checkpoint that cannot be read is a CheckpointError
+        raise CheckpointError(f"{path} cannot be read: {type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:300]}") from exc
+
+
+def _inspect(path: Path) -> dict:
+    with CheckpointArchive(path) as archive, tempdirs.folder("inspect") as scratch:
         manifest = archive.manifest()
         modules = []
         for entry in manifest["modules"]:
@@ -57,16 +68,22 @@ def _module_summary(entry: dict, parts: dict) -> dict:
         plan = state.get("kernel_plan") or backend.get("kernel_plan")
         summary.update(backend=short_name(backend["type"]), backend_type=str(backend["type"]),
                        config=backend.get("config") or {}, is_jit=entry.get("is_jit"),
-                       kernel_plan=_plan_summary(plan) if isinstance(plan, dict) else None)
+                       kernel_plan=_plan_summary(plan, entry["path"]) if isinstance(plan, dict) else None)
     return summary
 
 
-def _plan_summary(plan: dict) -> dict:
-    """Function -> the chosen provider, from the plan's records (strings only: nothing is resolved)."""
+def _plan_summary(plan: dict, module: str) -> dict:
+    """Function -> the chosen provider, from the plan's records (strings only: nothing is resolved). A plan
+    whose records are not lists of mappings is a CheckpointError."""
+    results, providers = plan.get("results") or [], plan.get("providers") or []
+    for key, value in (("results", results), ("providers", providers)):
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise CheckpointError(f"module {fmt.shown(module)}: kernel_plan.{key} is not a list of mappings "
+                                  f"({fmt.shown(value, 60)})")
     chosen = {str(r.get("function")): str(r.get("description") or r.get("source") or "?")
-              for r in plan.get("results") or [] if isinstance(r, dict) and r.get("selected")}
-    providers = [str(p.get("type", "?")) for p in plan.get("providers") or [] if isinstance(p, dict)]
-    return {"chosen": chosen, "providers": providers, "candidates_tried": len(plan.get("results") or [])}
+              for r in results if r.get("selected")}
+    return {"chosen": chosen, "providers": [str(p.get("type", "?")) for p in providers],
+            "candidates_tried": len(results)}
 
 
 def render(summary: dict) -> str:
@@ -104,8 +121,13 @@ def render(summary: dict) -> str:
 def inspect_command(args, say: Callable[..., None]) -> int:
     try:
         summary = inspect_checkpoint(args.checkpoint)
+        text = json.dumps(summary, indent=2, sort_keys=True, default=str) if args.json else render(summary)
     except CheckpointError as exc:
         say(f"error: {type(exc).__name__}: {exc}", error=True)
         return EXIT_BAD
-    say(json.dumps(summary, indent=2, sort_keys=True, default=str) if args.json else render(summary))
+    except Exception as exc:  # noqa: BLE001 - a field of a type no check foresaw: one line, never a traceback
+        say(f"error: CheckpointError: {args.checkpoint} cannot be shown: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:300]}", error=True)
+        return EXIT_BAD
+    say(text)
     return EXIT_OK

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import weakref
 from pathlib import Path
 from typing import Any, Iterable
@@ -24,6 +23,7 @@ from aitune_ray.checkpoint.artifact_check import check_artifacts
 from aitune_ray.checkpoint.config_check import check_configs
 from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.checkpoint.weights import check_matches, read_weights
+from aitune_ray.runtime import tempdirs
 from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import (AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError,
                                UnknownClassError)
@@ -71,6 +71,13 @@ def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[s
         found = plain_module_at(obj, path, Module) if path else None
         if found is not None:
             parent, attr, module = found
+            try:   # the module put back where it stands: an attribute that cannot be set fails here, not later
+                put(parent, attr, module)
+            except Exception as exc:  # noqa: BLE001 - a property without a setter, a tuple, __setattr__ of its own
+                raise CheckpointMismatchError(
+                    f"the checkpoint's module {path!r} stands where it cannot be replaced ({type(parent).__name__}"
+                    f".{attr}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}); wrap it in "
+                    "aitune_ray.Module yourself and load into that") from None
             attach.append((path, parent, attr, Module(module, entry["name"])))
     return obj, attach
 
@@ -168,7 +175,7 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
             for entry in entries:
                 if backends[entry["path"]] is not None:
                     check_configs(entry["path"], backends[entry["path"]], trusted)
-            workdir = Path(tempfile.mkdtemp(prefix="aitune-ray-load-"))
+            workdir = tempdirs.make("load")
             tensors, artifacts = _extract_all(archive, entries, targets, backends, workdir, trusted)
     except BaseException as exc:
         if workdir is not None:
@@ -180,12 +187,13 @@ def _load(obj: Any, path: Path, device_map: dict[str, Any] | None, signing_key: 
             from exc
     _log_versions(manifest, path)
     try:
-        _apply(entries, targets, devices, backends, tensors, artifacts, workdir)
-    except BaseException:
+        _apply(entries, targets, devices, backends, tensors, artifacts, workdir, attach)
+    except BaseException as exc:
         shutil.rmtree(workdir, ignore_errors=True)
-        raise
-    for _, parent, attr, wrapper in attach:
-        put(parent, attr, wrapper)
+        if isinstance(exc, AITuneRayError) or not isinstance(exc, Exception):
+            raise
+        raise CheckpointError(f"{path} cannot be loaded: {type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:300]} (the modules are as they were)") from exc
     _release_when_unused(workdir, [b for b in backends.values() if b is not None])
     logger.info("loaded checkpoint %s: %s", path, ", ".join(
         f"{p or targets[p].name}={'eager' if backends[p] is None else backends[p].name} on {devices[p]}"
@@ -217,11 +225,13 @@ def _extract_all(archive: CheckpointArchive, entries: list[dict], targets: dict[
     return tensors, {p: a for p, (_, a) in files.items()}
 
 
-def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Path) -> None:
-    """Load weights, restore each backend, and only when all are ready switch the modules over. A failure puts
-    the modules' own weights and devices back (kept on the CPU meanwhile)."""
+def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Path, attach=()) -> None:
+    """Load weights, restore each backend, put the wrappers of plain modules in place (attach), and only when
+    all are ready switch the modules over. A failure puts the modules' own weights, devices and attributes
+    back (the weights kept on the CPU meanwhile)."""
     originals = [(targets[e["path"]].module, _cpu_copy(targets[e["path"]].module)) for e in entries]
     ready: list[Backend] = []
+    placed: list[tuple[Any, str, Any]] = []
     try:
         for entry in entries:
             where = entry["path"]
@@ -243,7 +253,12 @@ def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Pat
                 raise CheckpointError(f"module {where!r}: {backend.name} could not be restored on "
                                       f"{devices[where]}: {type(exc).__name__}: {exc}") from exc
             ready.append(backend)
+        for _, parent, attr, wrapper in attach:
+            put(parent, attr, wrapper)
+            placed.append((parent, attr, wrapper.module))
     except BaseException:
+        for parent, attr, module in reversed(placed):
+            put(parent, attr, module)
         for backend in ready:
             backend.deactivate()
         for inner, (device, state) in originals:

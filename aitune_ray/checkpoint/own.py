@@ -20,13 +20,13 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
-from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime import files, tempdirs
 from aitune_ray.errors import CheckpointError, CheckpointIntegrityError
 
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as src:
+    with os.fdopen(files.open_regular(path), "rb") as src:
         for block in iter(lambda: src.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -50,9 +50,7 @@ class OwnCheckpoint:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
             try:
-                shutil.copyfile(private, temp)
-                with open(temp, "rb+") as out:
-                    os.fsync(out.fileno())
+                files.copy_regular(private, temp)   # a new file (O_EXCL | O_NOFOLLOW), fsynced
                 os.replace(temp, self.path)
             except BaseException as exc:
                 temp.unlink(missing_ok=True)
@@ -76,7 +74,10 @@ class OwnCheckpoint:
         folder = tempdirs.make("own")   # mode 0700: this user's only
         try:
             copy = folder / self.path.name
-            shutil.copyfile(self.path, copy)
+            try:   # a regular file only: a FIFO or a link to /dev/zero put at the path is refused
+                files.copy_regular(self.path, copy)
+            except OSError as exc:
+                raise CheckpointError(f"cannot read checkpoint {self.path}: {exc.strerror or exc}") from exc
             found = file_sha256(copy)
             if found != self.sha256:
                 raise CheckpointIntegrityError(f"{self.path} changed after this run wrote it (SHA-256 {found[:12]}, "

@@ -1,18 +1,23 @@
 """Reading a .ait archive: open it, check every member and the manifest, and extract parts checking SHA-256.
 
+The checkpoint must be a regular file (a FIFO, a device or a symlink to one is refused before a read).
 An archive of more entries than a checkpoint can hold (MAX_MEMBERS, read from the end record and the zip64
 end record) or one that names several disks is refused before zipfile parses its central directory.
 An archive is refused before anything is extracted when a member's name is not a plain relative path, when
 two members share a name (exactly or by case), when a member is a symlink, a folder or encrypted, when a
 part is not listed in the manifest exactly once under its own name, and when a part's sizes do not agree
 (a zip bomb declares a small size, or inflates far beyond what it stores), and when a member's local header
-does not repeat its central directory entry. Reads never go past the size
-the manifest declares. Parts are written only inside the folder the loader gives.
+does not repeat its central directory entry, when a member's name holds a NUL, when two members' bytes
+overlap in the file (an overlapping zip extracts the same stretch many times: a zip bomb of small parts
+that zipfile before Python 3.13 does not refuse), and when its members would inflate to more than
+MAX_RATIO times the file in all. Reads never go past the size the manifest declares, and an archive
+never writes more in all than its members hold. Parts are written only inside the folder the loader gives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import stat
 import struct
@@ -21,6 +26,7 @@ import zlib
 from pathlib import Path
 
 from aitune_ray.checkpoint import format as fmt
+from aitune_ray.runtime import files
 from aitune_ray.errors import CheckpointError, CheckpointIntegrityError, CheckpointTruncatedError
 
 MAX_MANIFEST_BYTES = 4 << 20
@@ -41,26 +47,33 @@ class CheckpointArchive:
             raise CheckpointError(f"no checkpoint at {self.path}: the file does not exist")
         if self.path.is_dir():
             raise CheckpointError(f"{self.path} is a directory, not a checkpoint file")
-        try:
-            with open(self.path, "rb") as raw:
-                count = declared_entries(raw, str(self.path))
+        try:   # a FIFO or a device (a symlink to /dev/zero) is refused before anything reads it
+            self._file = os.fdopen(files.open_regular(self.path), "rb")
         except OSError as exc:
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
-        if count is not None and count > MAX_MEMBERS:
-            raise CheckpointError(f"{self.path} declares {count} zip entries, more than a checkpoint holds "
-                                  f"({MAX_MEMBERS}); refused before reading them")
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc.strerror or exc}") from exc
         try:
-            self._zip = zipfile.ZipFile(self.path, "r")
-        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
-            raise CheckpointTruncatedError(f"{self.path} is truncated or is not an aitune-ray checkpoint "
-                                           f"(not a readable zip archive: {exc})") from exc
-        except OSError as exc:
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+            self.size = os.fstat(self._file.fileno()).st_size
+            count = declared_entries(self._file, str(self.path))
+            if count is not None and count > MAX_MEMBERS:
+                raise CheckpointError(f"{self.path} declares {count} zip entries, more than a checkpoint holds "
+                                      f"({MAX_MEMBERS}); refused before reading them")
+            try:
+                self._zip = zipfile.ZipFile(self._file, "r")
+            except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, OverflowError, struct.error,
+                    IndexError, KeyError) as exc:
+                raise CheckpointTruncatedError(f"{self.path} is truncated or is not an aitune-ray checkpoint "
+                                               f"(not a readable zip archive: {exc})") from exc
+            except OSError as exc:
+                raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+        except BaseException:
+            self._file.close()
+            raise
+        self._extracted = 0
         try:
             self._infos = self._check_members()
             self._check_headers()
         except BaseException:
-            self._zip.close()
+            self.close()
             raise
 
     def __enter__(self) -> "CheckpointArchive":
@@ -71,6 +84,7 @@ class CheckpointArchive:
 
     def close(self) -> None:
         self._zip.close()
+        self._file.close()
 
     def _refuse(self, member: str, problem: str) -> CheckpointError:
         return CheckpointError(f"{self.path}: member {fmt.shown(member)} {problem}; the checkpoint is refused")
@@ -80,6 +94,8 @@ class CheckpointArchive:
         folded: dict[str, str] = {}
         for info in self._zip.infolist():
             name = info.filename
+            if "\x00" in info.orig_filename:   # zipfile cuts a name at NUL: the stored name is another one
+                raise self._refuse(info.orig_filename, "has a NUL character in its name")
             if not fmt.is_plain_member(name):
                 raise self._refuse(name, "is not a plain relative path (no '..', no absolute path, no '\\')")
             if name in infos:
@@ -96,38 +112,69 @@ class CheckpointArchive:
                 raise self._refuse(name, f"uses an unsupported compression (method {info.compress_type})")
             infos[name] = info
             folded[name.casefold()] = name
+        total = self._parts_bytes(infos)   # the manifest is read under its own limit (MAX_MANIFEST_BYTES)
+        if total > MAX_RATIO * max(self.size, 1):
+            raise CheckpointError(f"{self.path}: its members would inflate {self.size} bytes to {total} in all "
+                                  f"(more than {MAX_RATIO} times the file: a zip bomb); the checkpoint is refused")
         return infos
 
+    @staticmethod
+    def _parts_bytes(infos: dict[str, zipfile.ZipInfo]) -> int:
+        """What extracting every part would write: the members' sizes, the manifest and its hashes aside."""
+        small = (fmt.MANIFEST, fmt.MANIFEST_HASH, fmt.MANIFEST_SIGNATURE)
+        return sum(info.file_size for name, info in infos.items() if name not in small)
+
     def _check_headers(self) -> None:
-        """Every member's local header repeats its central directory entry, and the archive ends with its end
-        record (no comment, nothing after): a damaged header is refused even where zipfile would not look."""
-        with open(self.path, "rb") as raw:
-            raw.seek(-22, 2)
-            end = raw.read(22)
-            disks, here, total = struct.unpack("<I2H", end[4:12])
-            if end[:4] != b"PK\x05\x06" or end[20:22] != b"\x00\x00" or disks or here != total or \
-                    total not in (len(self._infos), 0xFFFF):
-                raise CheckpointIntegrityError(f"{self.path}: the zip end record is damaged or followed by data")
-            for info in self._infos.values():
-                raw.seek(info.header_offset)
-                header = raw.read(30)
-                if len(header) < 30:
-                    raise CheckpointTruncatedError(f"{self.path} is truncated (member {fmt.shown(info.filename)})")
-                (magic, version, flags, method, time, date, crc, packed, size, name_length,
-                 _) = struct.unpack("<4s5H3I2H", header)
-                year, month, day, hour, minute, second = info.date_time
-                expected = (version == info.extract_version and flags == info.flag_bits
-                            and method == info.compress_type
-                            and (time, date) == ((hour << 11) | (minute << 5) | (second // 2),
-                                                 ((year - 1980) << 9) | (month << 5) | day))
-                if not flags & 0x08:     # no data descriptor: the local header holds CRC and sizes
-                    expected = expected and crc == info.CRC and (0xFFFFFFFF in (packed, size) or (
-                        packed, size) == (info.compress_size, info.file_size))
-                dos_attributes = info.external_attr & 0xFFFF    # only 'archive' (0x20) is ever written
-                if magic != b"PK\x03\x04" or not expected or raw.read(name_length) != _raw_name(info) or \
-                        dos_attributes not in (0, 0x20):
-                    raise CheckpointIntegrityError(f"{self.path}: the zip header of member "
-                                                   f"{fmt.shown(info.filename)} is damaged")
+        """Every member's local header repeats its central directory entry, members lie one after the other
+        without overlapping (each member's bytes are its own: one stretch of the file cannot be extracted
+        twice), and the archive ends with its end record (no comment, nothing after): a damaged header is
+        refused even where zipfile would not look."""
+        raw = self._file
+        raw.seek(-22, 2)
+        end = raw.read(22)
+        disks, here, total = struct.unpack("<I2H", end[4:12])
+        if end[:4] != b"PK\x05\x06" or end[20:22] != b"\x00\x00" or disks or here != total or \
+                total not in (len(self._infos), 0xFFFF):
+            raise CheckpointIntegrityError(f"{self.path}: the zip end record is damaged or followed by data")
+        spans = []
+        for info in self._infos.values():
+            if not 0 <= info.header_offset <= self.size - 30:
+                raise CheckpointTruncatedError(f"{self.path} is truncated or damaged (member "
+                                               f"{fmt.shown(info.filename)} starts at {info.header_offset}, "
+                                               f"beyond the file's {self.size} bytes)")
+            raw.seek(info.header_offset)
+            header = raw.read(30)
+            if len(header) < 30:
+                raise CheckpointTruncatedError(f"{self.path} is truncated (member {fmt.shown(info.filename)})")
+            (magic, version, flags, method, time, date, crc, packed, size, name_length,
+             extra_length) = struct.unpack("<4s5H3I2H", header)
+            year, month, day, hour, minute, second = info.date_time
+            expected = (version == info.extract_version and flags == info.flag_bits
+                        and method == info.compress_type
+                        and (time, date) == ((hour << 11) | (minute << 5) | (second // 2),
+                                             ((year - 1980) << 9) | (month << 5) | day))
+            if not flags & 0x08:     # no data descriptor: the local header holds CRC and sizes
+                expected = expected and crc == info.CRC and (0xFFFFFFFF in (packed, size) or (
+                    packed, size) == (info.compress_size, info.file_size))
+            dos_attributes = info.external_attr & 0xFFFF    # only 'archive' (0x20) is ever written
+            if magic != b"PK\x03\x04" or not expected or raw.read(name_length) != _raw_name(info) or \
+                    dos_attributes not in (0, 0x20):
+                raise CheckpointIntegrityError(f"{self.path}: the zip header of member "
+                                               f"{fmt.shown(info.filename)} is damaged")
+            spans.append((info.header_offset, info.header_offset + 30 + name_length + extra_length
+                          + info.compress_size, info.filename))
+        self._check_spans(spans)
+
+    def _check_spans(self, spans: list[tuple[int, int, str]]) -> None:
+        """Members' (start, end) in the file: one after the other, all before the central directory."""
+        spans.sort()
+        directory = getattr(self._zip, "start_dir", self.size)
+        for (_, end, name), (start, _, following) in zip(spans, spans[1:]):
+            if end > start:
+                raise self._refuse(name, f"overlaps member {fmt.shown(following)} in the file (an overlapping "
+                                         "zip: the same bytes would be extracted twice)")
+        if spans and spans[-1][1] > min(directory, self.size):
+            raise self._refuse(spans[-1][2], "runs into the zip's central directory or past the end of the file")
 
     def manifest(self, signing_key: bytes | str | None = None) -> dict:
         """The manifest, checked against the stored hash (and, given a key, its signature), its format
@@ -195,8 +242,12 @@ class CheckpointArchive:
     def extract(self, part: dict, target: Path) -> Path:
         """Copy one part to target (a new file), checking its size and SHA-256; a mismatch removes target."""
         member = part["member"]
+        budget = self._parts_bytes(self._infos)
+        if self._extracted + part["size"] > budget:
+            raise CheckpointError(f"{self.path}: extracting part {member!r} would write more than the "
+                                  f"{budget} bytes the archive's members hold in all; refused")
         try:
-            dst = open(target, "xb")  # a new file: never one that is there already
+            dst = os.fdopen(files.create_new(target), "wb")  # a new file: never one (or a symlink) already there
         except OSError as exc:
             raise CheckpointError(f"cannot extract part {member!r} of {self.path}: {exc}") from exc
         try:
@@ -208,6 +259,7 @@ class CheckpointArchive:
         except OSError as exc:
             _remove(target)
             raise CheckpointError(f"cannot extract part {member!r} of {self.path}: {exc}") from exc
+        self._extracted += size
         if digest != part["sha256"] or size != part["size"]:
             _remove(target)
             raise CheckpointIntegrityError(f"part {member!r} of {self.path} does not match its recorded SHA-256 "
@@ -233,6 +285,9 @@ def declared_entries(raw, where: str) -> int | None:
         disk64, offset, disks = struct.unpack("<IQI", locator[4:20])
         if disk64 != 0 or disks > 1:
             raise CheckpointError(f"{where}: the zip64 end record names {disks} disks: a checkpoint is one file")
+        if offset > size - 56:
+            raise CheckpointTruncatedError(f"{where}: the zip64 end record is said to start at {offset}, beyond "
+                                           f"the file's {size} bytes")
         raw.seek(offset)
         record = raw.read(56)
         if len(record) == 56 and record[:4] == END64:

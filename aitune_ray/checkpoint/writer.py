@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import re
-import tempfile
+import stat
 import uuid
 import zipfile
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 
 from aitune_ray.checkpoint import format as fmt
 from aitune_ray.checkpoint.weights import save_weights
+from aitune_ray.runtime import files, tempdirs
 from aitune_ray.runtime.device import module_device
 from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.records.imports import short_name
@@ -125,7 +126,7 @@ def save_checkpoint(obj: Any, path: Path, signing_key: bytes | str | None = None
     try:
         temp, fd = _locked_temp(path)
         with os.fdopen(fd, "wb", closefd=False) as target, \
-                tempfile.TemporaryDirectory(prefix="aitune-ray-save-") as scratch:
+                tempdirs.folder("save") as scratch:
             write_archive(target, entries, list(modules.values()), artifacts, Path(scratch), signing_key)
             target.flush()
             os.fsync(target.fileno())
@@ -156,7 +157,7 @@ def _locked_temp(path: Path) -> tuple[Path, int]:
     """A new temporary file beside path, open for writing and locked (flock) for as long as it is open."""
     for _ in range(3):
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = files.create_new(temp)   # O_EXCL | O_NOFOLLOW: never a file, FIFO or symlink already there
         fcntl.flock(fd, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             if os.path.samestat(os.fstat(fd), os.stat(temp)):
@@ -166,8 +167,9 @@ def _locked_temp(path: Path) -> tuple[Path, int]:
 
 
 def remove_stale_temps(path: Path) -> list[Path]:
-    """Remove the temporary files of earlier saves of path that were killed: files named as this module names
-    its own (.NAME.HEX.tmp) that no save holds locked. Returns what was removed."""
+    """Remove the temporary files of earlier saves of path that were killed: regular files of this user named
+    as this module names its own (.NAME.HEX.tmp) that no save holds locked. A symlink, a FIFO or another
+    user's file of that name is left alone (opened without following or blocking). Returns what was removed."""
     pattern, removed = _temp_pattern(path), []
     try:
         siblings = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
@@ -175,13 +177,16 @@ def remove_stale_temps(path: Path) -> list[Path]:
         return removed
     for sibling in siblings:
         try:
-            fd = os.open(sibling, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(sibling, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             continue   # gone already, or a symlink: not a file this module wrote
         try:
-            if not os.path.isfile(sibling) or os.path.islink(sibling):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.samestat(info, os.lstat(sibling)):
+                continue   # replaced since it was opened
             sibling.unlink()
             removed.append(sibling)
         except OSError:

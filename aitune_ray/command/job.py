@@ -35,7 +35,7 @@ STRATEGIES = {
     "OneBackend": "OneBackendStrategy",
 }
 EXECUTORS = ("auto", "ray", "inline")   # auto: aitune_ray/executors/choice.py
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)\Z")   # \Z: "$" lets a final newline pass
 
 
 def _called(factory: Callable, kwargs: dict, what: str) -> Any:

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 from aitune_ray.errors import ConfigError
+from aitune_ray.runtime import files
 from aitune_ray.report.events import EventRecorder, Span, spans
 
 logger = logging.getLogger(__name__)
+
+MAX_RUN_BYTES = 64 << 20   # a job's JSON report is a few hundred KB; a file far larger is not one
 
 __all__ = ["EventRecorder", "Span", "render_run_file", "report_paths", "spans", "summary", "write_reports"]
 
@@ -39,7 +43,9 @@ def write_reports(run: dict, path: str | Path, write_json: bool = True, base: st
                   confine: bool = False) -> dict[str, Path]:
     """Write the report files of one job; returns the paths written, by kind. base: where relative log paths
     in run are found (the folder of the JSON it was read from; default: the report's folder). confine: run was
-    read from a file (it may be anyone's): only logs inside base are copied (report/logs.py)."""
+    read from a file (it may be anyone's): only logs inside base are copied (report/logs.py). Everything is
+    rendered before anything is written; each file is written by renaming a new file over it (a symlink
+    planted at a report path is replaced, never followed)."""
     from aitune_ray.report import html, markdown
     from aitune_ray.report.document import blocks, images
     from aitune_ray.report.logs import keep_logs
@@ -47,43 +53,56 @@ def write_reports(run: dict, path: str | Path, write_json: bool = True, base: st
     paths = report_paths(path)
     paths["md"].parent.mkdir(parents=True, exist_ok=True)
     run = keep_logs(run, paths["logs"], Path(base) if base is not None else paths["md"].parent, confine)
-    written: dict[str, Path] = {}
-    if write_json:
-        paths["json"].write_text(json.dumps(run, indent=2, default=str) + "\n")
-        written["json"] = paths["json"]
     content = blocks(run)
     pictures = images(run)
-    links = {}
+    links = {name: paths[name].name for name, data in pictures.items() if data}
+    texts = {"md": markdown.render(content, links), "html": html.render(content, pictures)}
+    written: dict[str, Path] = {}
+    if write_json:
+        written["json"] = files.write_atomic(paths["json"], json.dumps(run, indent=2, default=str) + "\n")
     for name, data in pictures.items():
         if data:
-            paths[name].write_bytes(data)
-            written[name] = paths[name]
-            links[name] = paths[name].name
-        elif paths[name].exists():   # a stale picture of an earlier run would contradict this report
+            written[name] = files.write_atomic(paths[name], data)
+        elif os.path.lexists(paths[name]):   # a stale picture of an earlier run would contradict this report
             paths[name].unlink()
-    paths["md"].write_text(markdown.render(content, links))
-    paths["html"].write_text(html.render(content, pictures))
-    written.update(md=paths["md"], html=paths["html"])
+    for name, text in texts.items():
+        written[name] = files.write_atomic(paths[name], text)
     logger.info("report written: %s", ", ".join(str(p) for p in written.values()))
     return written
 
 
 def render_run_file(json_path: str | Path, out: str | Path | None = None) -> dict[str, Path]:
-    """Render a job's JSON report again: Markdown, HTML and PNGs next to it (or at out, a .md path or a folder)."""
+    """Render a job's JSON report again: Markdown, HTML and PNGs next to it (or at out, a .md path or a folder).
+    Whatever is wrong with the file (not a regular file, not JSON, a field of another type or missing) is a
+    one-line ConfigError, and then no report file is written."""
     json_path = Path(json_path)
     try:
-        run = json.loads(json_path.read_text())
+        text = files.read_regular(json_path, MAX_RUN_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {json_path}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{json_path} is not JSON: {exc}") from exc
+    try:
+        run = json.loads(text)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise ConfigError(f"{json_path} is not JSON: {' '.join(str(exc).split())[:200] or 'too large to parse'}") \
+            from exc
     if not isinstance(run, dict) or not isinstance(run.get("report"), dict):
         raise ConfigError(f"{json_path} is not a job's JSON report (it has no 'report' mapping)")
     target = Path(out) if out else json_path.with_suffix(".md")
     if out and (target.is_dir() or not target.suffix):
         target = target / json_path.with_suffix(".md").name
-    return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve(),
-                         base=json_path.parent, confine=True)
+    try:
+        return write_reports(run, target, write_json=target.with_suffix(".json").resolve() != json_path.resolve(),
+                             base=json_path.parent, confine=True)
+    except ConfigError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report {target}: {exc.strerror or exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a record of a shape this version does not render: one line
+        logger.debug("rendering %s failed", json_path, exc_info=True)
+        raise ConfigError(f"{json_path} is not a job's JSON report that this version renders (a field is missing "
+                          f"or of another type): {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from exc
 
 
 def summary(report, host_state: dict | None = None) -> str:
