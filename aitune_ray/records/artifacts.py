@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aitune_ray.errors import BuildError, ConfigError
+from aitune_ray.runtime import files
 
 
 def is_url(location: str) -> bool:
@@ -59,17 +60,10 @@ def plain_part(name: str) -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> Path:
-    """Write data to path through a temporary file in the same directory, then rename."""
+    """Write data to path through a new temporary file in the same directory, then rename (runtime/files.py:
+    a symlink at path is replaced, never followed); the folder is made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return files.write_atomic(path, data)
 
 
 def _copy_to(source: Path, location: str) -> str:

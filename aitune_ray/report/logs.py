@@ -49,6 +49,8 @@ def _read(named: str, base: Path, confine: bool) -> tuple[str, bytes] | None:
         return None
     try:
         return named.rsplit("/", 1)[-1], confined.read(root, named)
+    except FileNotFoundError:   # gone by now, as a run's temporary logs are: linked nowhere
+        return None
     except (OSError, confined.OutsideError) as exc:
         logger.warning("log %r not kept beside the report: %s (only files inside %s are)", named[:200], exc, base)
         return None
