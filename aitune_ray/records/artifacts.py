@@ -14,7 +14,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
