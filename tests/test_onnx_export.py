@@ -56,7 +56,7 @@ def test_batch_axis_is_dynamic_where_it_follows_the_recorded_batch_sizes(tmp_pat
     with torch.no_grad():
         ref = module(x, scale)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert ExportedModel.from_dict(exported.to_dict(), exported.path) == exported
+    assert ExportedModel.from_dict(exported.to_dict(), exported.path, module) == exported
 
 
 def test_one_recorded_batch_size_exports_static_shapes(tmp_path):
