@@ -224,19 +224,10 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
         flat = _FlatCall(module, call)
         path.parent.mkdir(parents=True, exist_ok=True)
     with step("export"), quiet("onnx export"):
-        if use_dynamo:
-            auto = torch.export.Dim.AUTO
-            shapes = tuple({axis: auto for axis in in_axes.get(name, {})} or None for name in inputs)
-            program = torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
-                                        input_names=list(inputs), output_names=outputs,
-                                        dynamic_shapes={"tensors": shapes} if in_axes else None,
-                                        opset_version=opset_version)
-        else:
-            torch.onnx.export(flat, tuple(leaves), str(path), dynamo=False, verbose=False,
-                              input_names=list(inputs), output_names=outputs,
-                              dynamic_axes={**in_axes, **out_axes} or None, opset_version=opset_version)
+        program = _export(flat, leaves, inputs, outputs, in_axes, out_axes, path, use_dynamo, opset_version,
+                          step.what)
     with step("save"):
-        if use_dynamo:
+        if program is not None:
             program.save(str(path))
         _one_data_file(onnx, path)
     with step("check"):
@@ -246,6 +237,34 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
     logger.info("exported %s to %s (inputs %s, dynamic %s, constants %s)", step.what, path, graph_inputs,
                 sorted(in_axes), call.constants())
     return exported
+
+
+def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_axes: dict, out_axes: dict,
+            path: Path, use_dynamo: bool, opset_version: int | None, what: str):
+    """Run the exporter: the dynamo one (every dynamic axis Dim.AUTO) when use_dynamo, and the TorchScript one
+    where that fails (a model whose dynamic-shape trace torch.export cannot decompose, such as T5's attention
+    with a dynamic sequence length) or was asked for. Returns the dynamo ONNXProgram, None for TorchScript."""
+    if use_dynamo:
+        auto = torch.export.Dim.AUTO
+        shapes = tuple({axis: auto for axis in in_axes.get(name, {})} or None for name in inputs)
+        try:
+            return torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
+                                     input_names=list(inputs), output_names=outputs,
+                                     dynamic_shapes={"tensors": shapes} if in_axes else None,
+                                     opset_version=opset_version)
+        except Exception as exc:  # noqa: BLE001 - any failure of torch.export or of its ONNX translation
+            first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+            logger.warning("ONNX export of %s: the dynamo exporter failed (%s); exporting with the TorchScript "
+                           "exporter", what, first)
+            try:
+                return _export(flat, leaves, inputs, outputs, in_axes, out_axes, path, False, opset_version, what)
+            except Exception as second:
+                raise RuntimeError(f"the dynamo exporter failed ({first}), and so did the TorchScript exporter "
+                                   f"({type(second).__name__}: {second})") from exc
+    torch.onnx.export(flat, tuple(leaves), str(path), dynamo=False, verbose=False, input_names=list(inputs),
+                      output_names=outputs, dynamic_axes={**in_axes, **out_axes} or None,
+                      opset_version=opset_version)
+    return None
 
 
 def _external_locations(model) -> set[str]:
