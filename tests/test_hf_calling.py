@@ -241,3 +241,38 @@ def test_tune_keeps_the_model_output_class_through_the_wrapped_module(tmp_path):
         out, want = wrapped(*args, **kwargs), model(*args, **kwargs)
     assert type(out) is type(want) and compare_outputs([(out, want)]).passed
     assert out.logits.shape == (3, 2)
+
+
+class NoTensorOut(nn.Module):
+    """Its ONNX export fails (it returns no tensor): a failed build whose exception the report keeps."""
+
+    def forward(self, x, scale=1.0):
+        return {"count": int(x.shape[0]), "scale": scale}
+
+
+def test_reports_read_after_a_failed_export(tmp_path):
+    from aitune_ray.report import summary
+    from aitune_ray.tune_strategy.report import TuningReport
+
+    wrapped = recorded(NoTensorOut(), [((torch.randn(2, 4),), {"scale": 0.5})])
+    report = wrapped.tune(device="cpu", strategy=ait.MaxThroughputStrategy([ONNXRuntimeBackend()]))
+    assert wrapped.state == ModuleState.EAGER
+    failed, = report.results
+    assert failed.exception is not None and failed.error_type == "ExportError"
+    data = TuningReport(modules=[report]).to_dict()
+    assert data["modules"][0]["results"][0]["error_type"] == "ExportError"
+    assert "exception" not in data["modules"][0]["results"][0]
+    text = summary(TuningReport(modules=[report]))
+    assert "ONNXRuntimeBackend" in text and "returns no tensor" in text
+    assert "ONNXRuntimeBackend" in report.markdown()
+
+
+def test_correctness_names_a_dict_where_eager_gives_a_model_output():
+    torch.manual_seed(0)
+    model = tiny_bert()
+    (args, kwargs), = text_calls((2,), (8,))
+    with torch.no_grad():
+        want = model(*args, **kwargs)
+    report = compare_outputs([(dict(want), want)])
+    assert not report.passed
+    assert report.reason == "sample 0: output: a dict where eager gives a SequenceClassifierOutput"
