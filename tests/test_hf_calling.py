@@ -276,3 +276,22 @@ def test_correctness_names_a_dict_where_eager_gives_a_model_output():
     report = compare_outputs([(dict(want), want)])
     assert not report.passed
     assert report.reason == "sample 0: output: a dict where eager gives a SequenceClassifierOutput"
+
+
+@pytest.mark.slow
+def test_inductor_aot_runs_another_float_keyword_eagerly_and_the_baked_one_on_its_package(tmp_path, caplog):
+    from aitune_ray.backend import TorchInductorAotBackend
+
+    torch.manual_seed(0)
+    model = Scaled().eval()
+    wrapped = recorded(model, [((torch.randn(bs, 8),), {"flag": True, "scale": 0.5}) for bs in (2, 3)])
+    backend = build(TorchInductorAotBackend(), wrapped, tmp_path / "build")
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.WARNING, logger="aitune_ray.backend.baked_call"):
+        assert_like_eager(backend, model, (x,), {"scale": 0.5, "flag": True})
+        assert not caplog.records
+        assert_like_eager(backend, model, (x,), {"scale": 0.7, "flag": True})
+        assert [r.getMessage().count("runs eagerly") for r in caplog.records] == [1]
+    again = round_trip(backend, model, tmp_path / "load")
+    assert_like_eager(again, model, (x,), {"flag": True, "scale": 0.7})
+    assert_like_eager(again, model, (x,), {"flag": True, "scale": 0.5})

@@ -88,9 +88,10 @@ def _describe(obj: Any, leaves: list, classes: dict[str, type]) -> Any:
         node: dict[str, Any] = {"kind": base_name(obj), "class": name}
         if isinstance(obj, dict):
             keys = list(obj)
-            if not all(isinstance(k, PLAIN_TYPES) for k in keys):
-                raise TypeError(f"a mapping key of type {type(next(k for k in keys if not isinstance(k, PLAIN_TYPES))).__name__} "
-                                "cannot be described (keys must be plain values)")
+            odd = [k for k in keys if not isinstance(k, PLAIN_TYPES)]
+            if odd:
+                raise TypeError(f"a mapping key of type {type(odd[0]).__name__} cannot be described (keys must "
+                                "be plain values)")
             node["keys"] = keys
             items = list(obj.values())
         else:
