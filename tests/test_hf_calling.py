@@ -5,6 +5,7 @@ model returns (a ModelOutput, so out.logits works), after a build and after a ch
 Tiny `transformers` models from configs with random weights (nothing is downloaded), recorded through
 aitune_ray.Module as a user's calls are, built by ONNX Runtime (CPU) and Inductor JIT."""
 
+import collections
 import json
 import logging
 
@@ -295,3 +296,22 @@ def test_inductor_aot_runs_another_float_keyword_eagerly_and_the_baked_one_on_it
     again = round_trip(backend, model, tmp_path / "load")
     assert_like_eager(again, model, (x,), {"flag": True, "scale": 0.7})
     assert_like_eager(again, model, (x,), {"flag": True, "scale": 0.5})
+
+
+Pair = collections.namedtuple("Pair", "first second")
+
+
+def test_structures_keep_namedtuples_ordered_dicts_and_nesting_through_plain_data():
+    from aitune_ray.model.samples import detach_clone
+    from aitune_ray.model.structure import Structure
+
+    value = collections.OrderedDict(a=Pair(torch.ones(2), [torch.zeros(1), None, 3]), b=(0.5, "s", True))
+    copied = detach_clone(value)
+    assert type(copied) is collections.OrderedDict and type(copied["a"]) is Pair and type(copied["a"][1]) is list
+    leaves, structure = Structure.of(value)
+    assert len(leaves) == 2 and structure.leaf_count == 2
+    again = Structure.from_data(json.loads(json.dumps(structure.to_data()))).rebuild(leaves)
+    assert type(again) is collections.OrderedDict and type(again["a"]) is Pair
+    assert again["a"].second[1:] == [None, 3] and again["b"] == (0.5, "s", True)
+    with pytest.raises(ValueError, match="structure value"):
+        Structure.from_data({"kind": "value", "value": {"nested": "object"}})

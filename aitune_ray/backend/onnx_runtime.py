@@ -8,7 +8,7 @@ the ONNX model (after the optional transformer optimizer) and the config; loadin
 Calls are bound by name (keywords in any order are one call), and outputs come back as the module returns
 them (a ModelOutput as its class). The graph holds the exported call's non-tensor arguments as constants: a
 call with other values (``scale=0.7`` where ``scale=0.5`` was recorded) runs the eager module instead, and
-the first such call logs one warning (onnx_export).
+the first such call logs one warning (backend.baked_call).
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ def _checked(node: Any) -> dict:
     """node, after checking it is a structure spec (plain data from a file)."""
     if not isinstance(node, dict) or node.get("kind") not in ("tensor", "value", *BASES):
         raise ValueError(f"not a structure entry: {str(node)[:80]}")
+    if node["kind"] == "value" and not isinstance(node.get("value"), PLAIN_TYPES):
+        raise ValueError(f"a structure value must be a number, string, bool or None: {str(node)[:80]}")
     if node["kind"] in BASES:
         if not isinstance(node.get("class"), str) or not isinstance(node.get("items"), list):
             raise ValueError(f"a structure container needs a class and items: {str(node)[:80]}")
