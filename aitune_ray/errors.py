@@ -31,6 +31,10 @@ class MissingDependencyError(AITuneRayError, ImportError):
         super().__init__(
             f"{package} is not installed{need}; install it with: pip install 'aitune-ray[{extra}]'"
         )
+        self._made_with = (package, extra, what)
+
+    def __reduce__(self):   # copied and pickled as it was made (its __init__ takes more than the message)
+        return type(self), self._made_with
 
 
 class BuildError(AITuneRayError):
@@ -47,6 +51,9 @@ class ExportError(BuildError):
     def __init__(self, step: str, message: str):
         self.step = step
         super().__init__(message)
+
+    def __reduce__(self):   # copied and pickled as it was made (its __init__ takes more than the message)
+        return type(self), (self.step, str(self))
 
 
 class InputMismatchError(AITuneRayError, ValueError):

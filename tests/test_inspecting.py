@@ -48,7 +48,7 @@ def dataset(n: int = 3) -> list[torch.Tensor]:
     return [torch.full((4,), float(i)) for i in range(n)]
 
 
-def test_inspect_finds_modules_in_attributes_lists_and_dicts_and_their_shares_add_up(sim_clock):
+def test_inspect_finds_modules_in_attributes_lists_and_dicts_and_their_shares_add_up(sim_clock, capsys):
     pipe = Pipe()
     info = ait.inspect(pipe, dataset(), number_of_iterations=10, warmup_iterations=3)
     found = {m.object_path: m for m in info.get_modules()}
@@ -65,7 +65,9 @@ def test_inspect_finds_modules_in_attributes_lists_and_dicts_and_their_shares_ad
     assert found[".encoder"].average_execution_time == pytest.approx(2e-3)
     assert found[".encoder"].input_types[0] == {"args": ["Tensor"], "kwargs": {}}
     assert found[".stack.0"].parent.module is pipe.stack   # the ModuleList holds it (its own forward never ran)
-    table = info.describe()
+    assert info.describe() is None
+    table = capsys.readouterr().out   # describe() prints the table, as AITune's does
+    assert table.strip() == info.table().strip()
     assert "heads.main" in table and f"{3.0 / per_call_ms * 100:.1f}%" in table
     assert f"{OUTSIDE_MS / per_call_ms * 100:.1f}%" in table and "over 10 iterations" in table
     assert all("forward" not in vars(m) for m in (pipe.encoder, pipe.unused, pipe.stack, pipe.stack[0]))

@@ -56,7 +56,7 @@ def test_batch_axis_is_dynamic_where_it_follows_the_recorded_batch_sizes(tmp_pat
     with torch.no_grad():
         ref = module(x, scale)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert ExportedModel.from_dict(exported.to_dict(), exported.path) == exported
+    assert ExportedModel.from_dict(exported.to_dict(), exported.path, module) == exported
 
 
 def test_one_recorded_batch_size_exports_static_shapes(tmp_path):
@@ -95,3 +95,43 @@ def test_a_failing_export_names_its_step(tmp_path):
     assert info.value.step == "export" and isinstance(info.value, BuildError)
     with pytest.raises(ExportError, match=r"step 'prepare'.*no recorded samples"):
         export_onnx(Fails(), SampleStore(), tmp_path / "model.onnx")
+
+
+class Keywords(nn.Module):
+    """Called with tensor and non-tensor keywords: forward(x, mask=None, scale=1.0, flag=False)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x, mask=None, scale=1.0, flag=False):
+        y = self.linear(x * mask.unsqueeze(-1)) * scale
+        return (y + 1.0 if flag else y), None
+
+
+@pytest.mark.parametrize("use_dynamo", [True, False])
+def test_float_and_bool_keywords_export_as_constants_and_the_sequence_axis_varies(tmp_path, use_dynamo):
+    module = Keywords().eval()
+    samples = []
+    for bs, seq in ((2, 6), (3, 4)):
+        x, mask = torch.randn(bs, seq, 8), torch.ones(bs, seq)
+        with torch.no_grad():   # the mask first: keywords in another order than forward's
+            samples.append(Sample((), {"mask": mask, "flag": True, "x": x, "scale": 0.5},
+                                  module(x, mask=mask, scale=0.5, flag=True), bs))
+    exported = export_onnx(module, SampleStore(samples), tmp_path / "model.onnx", use_dynamo=use_dynamo)
+    # the tensors bind by name in forward's order; the floats and bools are constants of the graph
+    assert exported.input_names == ["input_0", "input_1"]
+    assert exported.call.constants() == {"scale": 0.5, "flag": True}
+    assert exported.dynamic_axes["input_0"] == {0: "batch", 1: "dim_0"}
+    x, mask = torch.randn(4, 5, 8), torch.ones(4, 5)
+    inputs = exported.call_inputs((x,), {"flag": True, "scale": 0.5, "mask": mask})
+    assert [inputs["input_0"] is x, inputs["input_1"] is mask] == [True, True]
+    assert exported.call_inputs((x,), {"mask": mask, "scale": 0.7, "flag": True}) is None
+    assert exported.call_inputs((x, mask, 0.5, True), {}) is not None   # positional means the same call
+    session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
+    feed = {n: inputs[n].numpy() for n in exported.graph_inputs}
+    out = exported.unflatten([torch.from_numpy(v) for v in session.run(exported.output_names, feed)])
+    with torch.no_grad():
+        want = module(x, mask=mask, scale=0.5, flag=True)
+    assert type(out) is tuple and out[1] is None
+    torch.testing.assert_close(out[0], want[0], rtol=1e-5, atol=1e-5)

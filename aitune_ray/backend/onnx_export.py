@@ -1,14 +1,19 @@
 """ONNX export of a recorded module, shared by the backends that run an ONNX model (ONNX Runtime, TensorRT).
 
-``export_onnx(module, samples, path)`` exports with the largest recorded sample, marks the leading axis of
-an input (and output) dynamic when it follows the batch size in every recorded sample and more than one
-batch size was recorded, keeps the weights of a model over 2 GB in one external data file beside the model
-(``model.onnx.data``), and checks what it wrote. A failure raises ``ExportError`` naming the step
-(``prepare``, ``export``, ``save``, ``check``) and the module.
+``export_onnx(module, samples, path)`` exports with the largest recorded sample, marks an axis of an input
+dynamic when its size differs between the recorded samples (the batch axis, a sequence length), keeps the
+weights of a model over 2 GB in one external data file beside the model (``model.onnx.data``), and checks
+what it wrote. A failure raises ``ExportError`` naming the step (``prepare``, ``export``, ``save``,
+``check``) and the module.
 
-Call inputs map to graph inputs by position: the tensor leaves of ``(args, kwargs)`` in order are
-``input_0, input_1, ...`` (``flat_inputs``); the exporter may drop inputs the graph does not read, so
-``ExportedModel.graph_inputs`` lists the ones the graph takes.
+Calls are bound by name to forward's parameters first (model.calls): keywords in any order mean one call.
+The graph takes the tensor leaves of that canonical call, ``input_0, input_1, ...`` (``flat_inputs`` of a
+bound call); its non-tensor arguments (floats, bools, ints, None, strings) are constants of the graph, kept
+in ``ExportedModel.call``, and ``ExportedModel.call_inputs`` answers None for a call whose non-tensor
+arguments differ (the backend runs that call eagerly). The exporter may drop inputs the graph does not read,
+so ``ExportedModel.graph_inputs`` lists the ones the graph takes. The graph returns the tensor leaves of the
+module's outputs; ``ExportedModel.unflatten`` rebuilds the outputs as the module returns them (a ModelOutput
+as that ModelOutput class, a namedtuple, a dict, nested; model.structure).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from torch import nn
 
 from aitune_ray.backend.backend import require
 from aitune_ray.errors import ExportError
+from aitune_ray.model.calls import CallForm, bound_samples
+from aitune_ray.model.structure import Structure
 from aitune_ray.runtime.quiet import quiet
 from aitune_ray.model.samples import SampleStore, tensors_of
 
@@ -43,21 +50,29 @@ def output_name(index: int) -> str:
 
 
 def flat_inputs(args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
-    """The tensor leaves of one call, by graph input name."""
+    """The tensor leaves of one call (bound: model.calls.bind), by graph input name."""
     return {input_name(i): t for i, t in enumerate(tensors_of((args, kwargs)))}
 
 
 @dataclasses.dataclass
 class ExportedModel:
-    """An exported ONNX model and what a runtime needs to call it like the module (plain data)."""
+    """An exported ONNX model and what a runtime needs to call it like the module (plain data, but for the
+    live classes and forward signature it keeps to rebuild outputs and bind calls)."""
 
     path: Path
     input_names: list[str]          # every tensor leaf of a call, in order
     graph_inputs: list[str]         # the inputs the graph takes (a subset of input_names, in graph order)
     output_names: list[str]
     dynamic_axes: dict[str, dict[int, str]]
-    output_spec: str                # pytree treespec of the module's outputs (treespec_dumps)
+    output_spec: Any                # model.structure spec of the module's outputs (a pytree treespec string
+                                    # in a checkpoint written before calls were bound)
     batch_sizes: list[int]          # recorded batch sizes; the dynamic axes admit each of them
+    call: CallForm | None = None    # the exported call's form, its non-tensor values baked in (None: older file)
+    outputs: Structure | None = None
+
+    def __post_init__(self):
+        if self.outputs is None and not isinstance(self.output_spec, str):
+            self.outputs = Structure.from_data(self.output_spec)
 
     def files(self) -> dict[str, Path]:
         """The model file and, for a model over 2 GB, its external data file: {artifact name: path}."""
@@ -67,21 +82,38 @@ class ExportedModel:
             found[data.name] = data
         return found
 
+    def call_inputs(self, args: tuple, kwargs: dict) -> dict[str, torch.Tensor] | None:
+        """A call's tensors by graph input name; None where the call's non-tensor arguments (or its
+        structure) differ from the exported call's, which the graph holds as constants."""
+        if self.call is None:
+            return flat_inputs(args, kwargs)
+        leaves = self.call.leaves(args, kwargs)
+        return None if leaves is None else {input_name(i): t for i, t in enumerate(leaves)}
+
     def unflatten(self, leaves: list[Any]) -> Any:
-        return pytree.tree_unflatten(leaves, pytree.treespec_loads(self.output_spec))
+        if self.outputs is None:
+            return pytree.tree_unflatten(leaves, pytree.treespec_loads(self.output_spec))
+        return self.outputs.rebuild(leaves)
 
     def to_dict(self) -> dict:
-        return {"input_names": self.input_names, "graph_inputs": self.graph_inputs,
+        data = {"input_names": self.input_names, "graph_inputs": self.graph_inputs,
                 "output_names": self.output_names, "output_spec": self.output_spec,
                 "batch_sizes": self.batch_sizes,
                 "dynamic_axes": {n: {str(a): v for a, v in axes.items()} for n, axes in self.dynamic_axes.items()}}
+        if self.call is not None:
+            data["call"] = self.call.to_data()
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict, path: Path) -> "ExportedModel":
+    def from_dict(cls, data: dict, path: Path, module: nn.Module | None = None) -> "ExportedModel":
+        """Read back; module: the live module, whose forward binds calls (without it, calls map by position)."""
         axes = {n: {int(a): v for a, v in ax.items()} for n, ax in data.get("dynamic_axes", {}).items()}
-        pytree.treespec_loads(data["output_spec"])  # a spec naming types unknown here fails now, not at a call
+        if isinstance(data["output_spec"], str):
+            pytree.treespec_loads(data["output_spec"])  # a spec naming types unknown here fails now, not at a call
+        call = CallForm.from_data(data["call"], module) if data.get("call") is not None and module is not None \
+            else None
         return cls(Path(path), list(data["input_names"]), list(data["graph_inputs"]), list(data["output_names"]),
-                   axes, data["output_spec"], list(data.get("batch_sizes", [])))
+                   axes, data["output_spec"], list(data.get("batch_sizes", [])), call)
 
 
 def _batch_following(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: list[int]) -> list[bool]:
@@ -92,16 +124,53 @@ def _batch_following(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: l
             for i in range(len(first))]
 
 
+def varying_axes(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: list[int],
+                 name=input_name) -> dict[str, dict[int, str]]:
+    """{leaf name: {axis: symbol}} for every axis whose size differs between samples: "batch" for a leading
+    axis that follows the batch size, else one symbol per distinct run of sizes (axes that always agree share
+    one, as an attention mask's and its input ids' sequence axes do)."""
+    if len(leaves_per_sample) < 2:
+        return {}
+    first = leaves_per_sample[0]
+    follows = _batch_following(leaves_per_sample, batch_sizes)
+    symbols: dict[tuple, str] = {}
+    axes: dict[str, dict[int, str]] = {}
+    for i, leaf in enumerate(first):
+        if not all(len(leaves) == len(first) and leaves[i].dim() == leaf.dim() for leaves in leaves_per_sample):
+            continue
+        for axis in range(leaf.dim()):
+            sizes = tuple(int(leaves[i].shape[axis]) for leaves in leaves_per_sample)
+            if len(set(sizes)) < 2:
+                continue
+            if axis == 0 and follows[i]:
+                symbol = BATCH_AXIS
+            else:
+                symbol = symbols.setdefault(sizes, f"dim_{len(symbols)}")
+            axes.setdefault(name(i), {})[axis] = symbol
+    return axes
+
+
 def batch_axes(samples: SampleStore) -> tuple[dict[str, dict[int, str]], dict[str, dict[int, str]]]:
-    """Dynamic axes for inputs and outputs: axis 0 of each leaf that follows the batch size, when the
-    samples hold more than one batch size (one recorded batch size exports static shapes)."""
-    if len(samples.batch_sizes()) < 2:
-        return {}, {}
+    """Dynamic axes for inputs and outputs: each axis whose size differs between the (bound) samples."""
     sizes = [s.batch_size for s in samples]
-    ins = _batch_following([tensors_of((s.args, s.kwargs)) for s in samples], sizes)
-    outs = _batch_following([tensors_of(s.outputs) for s in samples], sizes)
-    return ({input_name(i): {0: BATCH_AXIS} for i, dyn in enumerate(ins) if dyn},
-            {output_name(i): {0: BATCH_AXIS} for i, dyn in enumerate(outs) if dyn})
+    return (varying_axes([tensors_of((s.args, s.kwargs)) for s in samples], sizes),
+            varying_axes([tensors_of(s.outputs) for s in samples], sizes, output_name))
+
+
+class _FlatCall(nn.Module):
+    """The module called with the tensor leaves of the exported call (its other values baked in), returning
+    the tensor leaves of its outputs: what the exporter sees, so that keywords and non-tensor arguments
+    never reach it."""
+
+    def __init__(self, module: nn.Module, call: CallForm):
+        super().__init__()
+        self.module = module
+        self.form = call
+        self.training = module.training   # its own flag only: train()/eval() would reach the module's layers
+
+    def forward(self, *tensors: torch.Tensor) -> tuple:
+        args, kwargs = self.form.rebuild(list(tensors))
+        return tuple(tensors_of(self.module(*args, **kwargs)))
 
 
 class _Step:
@@ -129,7 +198,7 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
                 opset_version: int | None = None,
                 input_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
     """Export module to path (model.onnx) from its recorded samples; see the module docstring.
-    input_axes: the inputs' dynamic axes ({input name: {axis: symbol}}) instead of the batch axes
+    input_axes: the inputs' dynamic axes ({input name: {axis: symbol}}) instead of the varying axes
     (TensorRT passes every axis its optimization profiles let vary)."""
     path = Path(path)
     step = _Step(type(module).__name__)
@@ -137,33 +206,65 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
         onnx = require("onnx", "onnx", "ONNX export")
         if len(samples) == 0:
             raise ValueError("no recorded samples to export with")
+        samples = bound_samples(module, samples)
         sample = max(samples, key=lambda s: s.batch_size)
-        inputs = flat_inputs(sample.args, sample.kwargs)
-        out_leaves, out_spec = pytree.tree_flatten(sample.outputs)
+        leaves, call = CallForm.of(module, sample.args, sample.kwargs)
+        inputs = {input_name(i): t for i, t in enumerate(leaves)}
+        out_leaves, out_structure = Structure.of(sample.outputs)
         if not inputs:
             raise ValueError("the module takes no tensor input")
-        if not all(isinstance(leaf, torch.Tensor) for leaf in out_leaves):
-            raise ValueError("every output leaf must be a tensor for an ONNX model")
-        in_axes, out_axes = batch_axes(samples)
+        # the samples this graph serves: the others' non-tensor arguments differ, and they run eagerly
+        served = SampleStore([s for s in samples if call.leaves(s.args, s.kwargs) is not None])
+        in_axes, out_axes = batch_axes(served)
         if input_axes is not None:
             in_axes = {name: dict(axes) for name, axes in input_axes.items() if axes}
         outputs = [output_name(i) for i in range(len(out_leaves))]
+        if not outputs:
+            raise ValueError("the module returns no tensor")
+        flat = _FlatCall(module, call)
         path.parent.mkdir(parents=True, exist_ok=True)
     with step("export"), quiet("onnx export"):
-        program = torch.onnx.export(
-            module, tuple(sample.args), None if use_dynamo else str(path), kwargs=dict(sample.kwargs),
-            dynamo=use_dynamo, verbose=False, input_names=list(inputs), output_names=outputs,
-            dynamic_axes={**in_axes, **out_axes} or None, opset_version=opset_version)
+        program = _export(flat, leaves, inputs, outputs, in_axes, out_axes, path, use_dynamo, opset_version,
+                          step.what)
     with step("save"):
-        if use_dynamo:
+        if program is not None:
             program.save(str(path))
         _one_data_file(onnx, path)
     with step("check"):
         graph_inputs = _check(onnx, path, inputs, in_axes)
     exported = ExportedModel(path, list(inputs), graph_inputs, outputs, {**in_axes, **out_axes},
-                             pytree.treespec_dumps(out_spec), samples.batch_sizes())
-    logger.info("exported %s to %s (inputs %s, dynamic %s)", step.what, path, graph_inputs, sorted(in_axes))
+                             out_structure.to_data(), samples.batch_sizes(), call, out_structure)
+    logger.info("exported %s to %s (inputs %s, dynamic %s, constants %s)", step.what, path, graph_inputs,
+                sorted(in_axes), call.constants())
     return exported
+
+
+def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_axes: dict, out_axes: dict,
+            path: Path, use_dynamo: bool, opset_version: int | None, what: str):
+    """Run the exporter: the dynamo one (every dynamic axis Dim.AUTO) when use_dynamo, and the TorchScript one
+    where that fails (a model whose dynamic-shape trace torch.export cannot decompose, such as T5's attention
+    with a dynamic sequence length) or was asked for. Returns the dynamo ONNXProgram, None for TorchScript."""
+    if use_dynamo:
+        auto = torch.export.Dim.AUTO
+        shapes = tuple({axis: auto for axis in in_axes.get(name, {})} or None for name in inputs)
+        try:
+            return torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
+                                     input_names=list(inputs), output_names=outputs,
+                                     dynamic_shapes={"tensors": shapes} if in_axes else None,
+                                     opset_version=opset_version)
+        except Exception as exc:  # noqa: BLE001 - any failure of torch.export or of its ONNX translation
+            first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+            logger.warning("ONNX export of %s: the dynamo exporter failed (%s); exporting with the TorchScript "
+                           "exporter", what, first)
+            try:
+                return _export(flat, leaves, inputs, outputs, in_axes, out_axes, path, False, opset_version, what)
+            except Exception as second:
+                raise RuntimeError(f"the dynamo exporter failed ({first}), and so did the TorchScript exporter "
+                                   f"({type(second).__name__}: {second})") from exc
+    torch.onnx.export(flat, tuple(leaves), str(path), dynamo=False, verbose=False, input_names=list(inputs),
+                      output_names=outputs, dynamic_axes={**in_axes, **out_axes} or None,
+                      opset_version=opset_version)
+    return None
 
 
 def _external_locations(model) -> set[str]:

@@ -4,6 +4,11 @@ Calls go through IO binding (``onnx_runtime_io``): torch tensors are bound by de
 device tensors, and on a GPU nothing goes through the host. ``use_cuda_graphs`` captures one CUDA graph per
 recorded batch size (at the build, and again at first use after a checkpoint load). The checkpoint holds
 the ONNX model (after the optional transformer optimizer) and the config; loading opens a new session.
+
+Calls are bound by name (keywords in any order are one call), and outputs come back as the module returns
+them (a ModelOutput as its class). The graph holds the exported call's non-tensor arguments as constants: a
+call with other values (``scale=0.7`` where ``scale=0.5`` was recorded) runs the eager module instead, and
+the first such call logs one warning (backend.baked_call).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
-from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
+from aitune_ray.backend.baked_call import OffGraph
+from aitune_ray.backend.onnx_export import ExportedModel, export_onnx
 from aitune_ray.backend.onnx_runtime_io import BoundSession, device_index
 from aitune_ray.backend.onnx_runtime_options import (SAFE_PROVIDER_OPTIONS, ONNXExecutionProvider,
                                                      check_graph_optimization_level,
@@ -122,6 +128,7 @@ class ONNXRuntimeBackend(Backend):
         example a (batch, 1, 1, seq) padding mask)."""
         self._exported = export_onnx(module, samples, Path(workdir) / "model.onnx",
                                      use_dynamo=self.config.use_dynamo, opset_version=opset)
+        self._off_graph = OffGraph(self.name, module, self._exported.call)
         if self.config.transformer_optimizer:
             self._optimize_transformer(device)
         self._open(device)
@@ -129,8 +136,12 @@ class ONNXRuntimeBackend(Backend):
             self._capture(samples)
         elif trial:
             for batch in samples.batch_sizes():
-                sample = samples.first_of_batch_size(batch).to(device)
-                self._bound.run(flat_inputs(sample.args, sample.kwargs))
+                inputs = self._graph_inputs(samples.first_of_batch_size(batch).to(device))
+                if inputs is not None:
+                    self._bound.run(inputs)
+
+    def _graph_inputs(self, sample) -> dict[str, torch.Tensor] | None:
+        return self._exported.call_inputs(sample.args, sample.kwargs)
 
     def _opset(self, device: torch.device) -> int | None:
         """The export's opset: the config's, else 23 where ONNX Runtime's GPU EP runs ONNX's Attention op.
@@ -225,14 +236,17 @@ class ONNXRuntimeBackend(Backend):
         """Capture each recorded batch size's graph now, so that a model ONNX Runtime cannot capture fails
         its build rather than its first call."""
         for batch in samples.batch_sizes():
-            sample = samples.first_of_batch_size(batch).to(self.device)
-            for _ in range(GRAPH_WARMUP_RUNS):
-                self._bound.run(flat_inputs(sample.args, sample.kwargs))
+            inputs = self._graph_inputs(samples.first_of_batch_size(batch).to(self.device))
+            for _ in range(GRAPH_WARMUP_RUNS if inputs is not None else 0):
+                self._bound.run(inputs)
         torch.cuda.synchronize(self.device)
         logger.info("CUDA graphs for batch sizes %s", self._bound.graphs_captured)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self._exported.unflatten(self._bound.run(flat_inputs(args, kwargs)))
+        inputs = self._exported.call_inputs(args, kwargs)
+        if inputs is None:
+            return self._off_graph(args, kwargs)
+        return self._exported.unflatten(self._bound.run(inputs))
 
     def _state(self) -> dict:
         return {"exported": self._exported.to_dict()}
@@ -241,7 +255,8 @@ class ONNXRuntimeBackend(Backend):
         return self._exported.files()
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
-        self._exported = ExportedModel.from_dict(state["exported"], Path(artifacts["model.onnx"]))
+        self._exported = ExportedModel.from_dict(state["exported"], Path(artifacts["model.onnx"]), module)
+        self._off_graph = OffGraph(self.name, module, self._exported.call)
         self._open(device)
 
 

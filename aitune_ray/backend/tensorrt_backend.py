@@ -28,7 +28,9 @@ from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, require
 from aitune_ray.backend.onnx_autocast import ONNXAutoCastConfig, autocast_onnx
+from aitune_ray.backend.baked_call import OffGraph
 from aitune_ray.backend.onnx_export import ExportedModel, export_onnx, flat_inputs
+from aitune_ray.model.calls import bound_samples
 from aitune_ray.backend.tensorrt_engine import BuildSettings, EngineRunner, build_engine, tensorrt
 from aitune_ray.backend.tensorrt_profiles import (ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes,
                                                   load_profiles, save_profiles)
@@ -151,10 +153,12 @@ class TensorRTBackend(Backend):
         """The steps before the engine build (no TensorRT needed): the ONNX model TensorRT will parse, and
         the optimization profiles, both written under workdir. Returns (ONNX path, profiles)."""
         workdir = Path(workdir)
+        samples = bound_samples(module, samples)   # inputs named as the export names them: calls bound by name
         profiles = derive_profiles(samples, self.config.profiles)
         self._exported = export_onnx(module, samples, workdir / "onnx" / "model.onnx",
                                      use_dynamo=self.config.use_dynamo, opset_version=self.config.opset_version,
                                      input_axes=dynamic_axes(profiles))
+        self._off_graph = OffGraph(self.name, module, self._exported.call)
         onnx_path = self._exported.path
         if self.config.quantization_config is not None:
             on_cuda = any(t.is_cuda for s in samples for t in flat_inputs(s.args, s.kwargs).values())
@@ -203,7 +207,9 @@ class TensorRTBackend(Backend):
 
     # ----- inference ---------------------------------------------------------------------------
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        by_name = flat_inputs(args, kwargs)
+        by_name = self._exported.call_inputs(args, kwargs)
+        if by_name is None:   # other non-tensor arguments than the engine holds: this call runs eagerly
+            return self._off_graph(args, kwargs)
         outputs = self._engine.run({n: by_name[n] for n in self._engine.input_names})
         return self._exported.unflatten([outputs[n] for n in self._exported.output_names])
 
@@ -226,7 +232,8 @@ class TensorRTBackend(Backend):
         self._require(device)
         self._plan_path, self._profiles_path = Path(artifacts[PLAN]), Path(artifacts[PROFILES])
         self._profiles = load_profiles(self._profiles_path)
-        self._exported = ExportedModel.from_dict(state["onnx"], self._plan_path)
+        self._exported = ExportedModel.from_dict(state["onnx"], self._plan_path, module)
+        self._off_graph = OffGraph(self.name, module, self._exported.call)
         self._open(device)
 
 

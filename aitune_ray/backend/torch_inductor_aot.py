@@ -1,4 +1,7 @@
-"""TorchInductorAotBackend: torch.export, then an AOTInductor package loaded with aoti_load_package."""
+"""TorchInductorAotBackend: torch.export, then an AOTInductor package loaded with aoti_load_package.
+
+The package holds the recorded call's non-tensor arguments as constants: a call with other values runs
+eagerly (backend.baked_call)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig
+from aitune_ray.backend.baked_call import BakedCall
 from aitune_ray.backend.torch_inductor_jit import SAFE_INDUCTOR_OPTIONS
+from aitune_ray.model.calls import CallForm, bound_samples
 from aitune_ray.model.samples import SampleStore, map_structure
 
 
@@ -43,9 +48,9 @@ def batch_dynamic_shapes(args: tuple, kwargs: dict, batch_size: int, dim: Any) -
 
 
 def export_program(module: nn.Module, samples: SampleStore, dynamic_batch: bool = True):
-    """torch.export the module on its largest recorded batch, with a dynamic batch dimension when the
-    samples hold several batch sizes."""
-    sample = max(samples, key=lambda s: s.batch_size)
+    """torch.export the module on its largest recorded batch (the call bound by name: model.calls), with a
+    dynamic batch dimension when the samples hold several batch sizes."""
+    sample = max(bound_samples(module, samples), key=lambda s: s.batch_size)
     dynamic = None
     if dynamic_batch and len(samples.batch_sizes()) > 1 and sample.batch_size > 1:
         dynamic = batch_dynamic_shapes(sample.args, sample.kwargs, sample.batch_size, torch.export.Dim.AUTO)
@@ -58,6 +63,8 @@ class TorchInductorAotBackend(Backend):
     build_cost = 4.0    # export, then a whole AOTInductor compile and package (about 60 s for an 8 x 4096 MLP)
 
     def _build(self, module: nn.Module, samples: SampleStore, device: torch.device, workdir: Path) -> None:
+        sample = max(samples, key=lambda s: s.batch_size)
+        self._call = BakedCall(self.name, module, CallForm.of(module, sample.args, sample.kwargs)[1])
         program = export_program(module, samples, self.config.dynamic_batch)
         self._package = Path(workdir) / "model.pt2"
         torch._inductor.aoti_compile_and_package(program, package_path=str(self._package),
@@ -70,12 +77,16 @@ class TorchInductorAotBackend(Backend):
         return torch._inductor.aoti_load_package(str(package), device_index=index)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self._runner(*args, **kwargs)
+        return self._call.run(args, kwargs, self._runner)   # other non-tensor arguments: eager (baked_call)
+
+    def _state(self) -> dict:
+        return {"call": self._call.to_data()}
 
     def _artifacts(self) -> dict[str, Path]:
         return {"model.pt2": self._package}
 
     def _load(self, module: nn.Module, state: dict, artifacts: dict[str, Path], device: torch.device) -> None:
+        self._call = BakedCall.from_data(self.name, module, (state or {}).get("call"))
         self._package = Path(artifacts["model.pt2"])
         self._runner = self._open(self._package, device)
 

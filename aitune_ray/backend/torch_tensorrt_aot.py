@@ -27,12 +27,14 @@ import torch
 from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig
+from aitune_ray.backend.baked_call import BakedCall
 from aitune_ray.backend.onnx_export import input_name
 from aitune_ray.backend.tensorrt_profiles import ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.backend.torch_tensorrt_jit import nested_compile_config
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
+from aitune_ray.model.calls import CallForm
 from aitune_ray.model.samples import Sample, SampleStore, map_structure
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,8 @@ class TorchTensorRTAotBackend(Backend):
         if device.type != "cuda":
             raise BuildError(f"{self.name} builds for a CUDA device, not {device}")
         program, profile, sample = export_program(module.eval(), samples)
+        self._call = BakedCall(self.name, module, CallForm.of(module, sample.args, sample.kwargs)[1],
+                               (len(sample.args), list(sample.kwargs)))
 
         def trt_input(name: str, tensor: torch.Tensor):
             low, opt, high = profile.shapes[name]
@@ -133,7 +137,10 @@ class TorchTensorRTAotBackend(Backend):
         self._module = library.load(str(self._path)).module().to(device)
 
     def _infer(self, *args: Any, **kwargs: Any) -> Any:
-        return self._module(*args, **kwargs)
+        return self._call.run(args, kwargs, self._module)   # other non-tensor arguments: eager (baked_call)
+
+    def _state(self) -> dict:
+        return {"call": self._call.to_data()}
 
     def _artifacts(self) -> dict[str, Path]:
         return {ARTIFACT: self._path}
@@ -142,4 +149,5 @@ class TorchTensorRTAotBackend(Backend):
         if ARTIFACT not in artifacts:
             raise ConfigError(f"{self.name} checkpoint lacks its {ARTIFACT} artifact")
         self._path = Path(artifacts[ARTIFACT])
+        self._call = BakedCall.from_data(self.name, module, (state or {}).get("call"))
         self._open(device)

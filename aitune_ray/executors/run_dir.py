@@ -69,6 +69,7 @@ from aitune_ray.model.samples import PLAIN_TYPES, Sample, SampleStore, tensors_o
 from aitune_ray.executors import run_files
 from aitune_ray.executors.run_lock import Lock
 from aitune_ray.runtime import confined
+from aitune_ray.model.structure import BASES, base_name, class_name, is_namedtuple, make, resolve_class
 
 logger = logging.getLogger(__name__)
 
@@ -102,32 +103,35 @@ def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
         name = f"t{len(tensors)}"
         tensors[name] = obj.detach().to("cpu").contiguous().clone()
         return {"tensor": name}
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return {"namedtuple": type(obj).__name__, "fields": list(obj._fields),
-                "items": [_encode(v, tensors) for v in obj]}
-    if isinstance(obj, (tuple, list)):
-        return {type(obj).__name__: [_encode(v, tensors) for v in obj]}
-    if isinstance(obj, dict):
-        return {"dict": [[k, _encode(v, tensors)] for k, v in obj.items()]}
+    if isinstance(obj, (tuple, list, dict)):   # its class by name (model.structure: resolved, never imported)
+        own = {} if type(obj) in (tuple, list, dict) else {"class": class_name(type(obj))}
+        if is_namedtuple(obj):
+            return {"namedtuple": type(obj).__name__, "fields": list(obj._fields),
+                    "items": [_encode(v, tensors) for v in obj], **own}
+        if isinstance(obj, dict):
+            return {"dict": [[k, _encode(v, tensors)] for k, v in obj.items()], **own}
+        return {base_name(obj): [_encode(v, tensors) for v in obj], **own}
     if isinstance(obj, PLAIN_TYPES):
         return {"value": obj}
     raise RunFolderError(f"a recorded value of type {type(obj).__name__} cannot be stored in a run folder")
 
 
 def _decode(data: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    if not isinstance(data, dict) or len(data) not in (1, 3):
+    if not isinstance(data, dict) or len(data) not in (1, 2, 3, 4) or ("class" in data and len(data) not in (2, 4)):
         raise RunFolderError(f"samples.json holds an unexpected entry: {str(data)[:80]}")
     if "tensor" in data:
         return tensors[data["tensor"]]
     if "namedtuple" in data:
-        cls = collections.namedtuple(data["namedtuple"], data["fields"])
+        cls = resolve_class(str(data.get("class", "")), "tuple")
+        if cls is None or getattr(cls, "_fields", None) != tuple(data["fields"]):
+            cls = collections.namedtuple(data["namedtuple"], data["fields"])
         return cls(*(_decode(v, tensors) for v in data["items"]))
-    if "tuple" in data:
-        return tuple(_decode(v, tensors) for v in data["tuple"])
-    if "list" in data:
-        return [_decode(v, tensors) for v in data["list"]]
-    if "dict" in data:
-        return {k: _decode(v, tensors) for k, v in data["dict"]}
+    for kind in ("tuple", "list", "dict"):
+        if kind in data:
+            cls = resolve_class(str(data.get("class", kind)), kind) or BASES[kind]
+            if kind == "dict":
+                return make(cls, [_decode(v, tensors) for _, v in data["dict"]], [k for k, _ in data["dict"]])
+            return make(cls, [_decode(v, tensors) for v in data[kind]])
     if "value" in data:
         return data["value"]
     raise RunFolderError(f"samples.json holds an unexpected entry: {str(data)[:80]}")

@@ -165,11 +165,11 @@ class InspectedModulesInfo:
                      f"iterations")
         return "\n".join(lines)
 
-    def describe(self) -> str:
-        """The table, logged (INFO) and returned: print(info.describe()) shows it."""
+    def describe(self) -> None:
+        """Print the table, as AITune's describe() does, and log it (INFO); table() returns it as text."""
         text = self.table()
         logger.info("inspected modules:\n%s", text)
-        return text
+        print(text)   # noqa: T201 - AITune's describe() prints: the one printing call of the library
 
     def __str__(self) -> str:
         return self.table()

@@ -1,4 +1,5 @@
-"""Compare a candidate's outputs with eager outputs: structure, shape, dtype, NaN/Inf and relative L2 error."""
+"""Compare a candidate's outputs with eager outputs: structure (each container's class too: a dict where eager
+gives a ModelOutput fails), shape, dtype, NaN/Inf and relative L2 error."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from typing import Any
 
 import torch
+
+from aitune_ray.model.structure import class_name
 
 # Relative L2 error allowed by default, by output dtype. A compiler that only
 # reorders floating-point work lands far below these; a wrong kernel far above.
@@ -66,6 +69,16 @@ def _relative_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float(diff / scale)
 
 
+def _same_class(out: Any, ref: Any, path: str) -> None:
+    """A container of another class than eager's fails, named by both classes."""
+    if isinstance(ref, (tuple, list, dict)) and class_name(type(out)) != class_name(type(ref)):
+        raise _Mismatch(f"output{path}: a {_class_word(out)} where eager gives a {_class_word(ref)}")
+
+
+def _class_word(obj: Any) -> str:
+    return type(obj).__name__ if type(obj).__module__ == "builtins" else type(obj).__qualname__
+
+
 def _walk(out: Any, ref: Any, path: str, pairs: list):
     if isinstance(ref, torch.Tensor):
         if not isinstance(out, torch.Tensor):
@@ -78,11 +91,13 @@ def _walk(out: Any, ref: Any, path: str, pairs: list):
     elif isinstance(ref, (tuple, list)):
         if not isinstance(out, (tuple, list)) or len(out) != len(ref):
             raise _Mismatch(f"output{path}: expected a sequence of {len(ref)}, got {_shape_word(out)}")
+        _same_class(out, ref, path)
         for i, (o, r) in enumerate(zip(out, ref)):
             _walk(o, r, f"{path}[{i}]", pairs)
     elif isinstance(ref, dict):
         if not isinstance(out, dict) or set(out) != set(ref):
             raise _Mismatch(f"output{path}: expected keys {sorted(map(str, ref))}, got {_shape_word(out)}")
+        _same_class(out, ref, path)
         for k in ref:
             _walk(out[k], ref[k], f"{path}[{k!r}]", pairs)
     elif isinstance(out, (torch.Tensor, tuple, list, dict)):

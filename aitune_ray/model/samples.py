@@ -1,7 +1,8 @@
 """Recorded module inputs and eager outputs, and helpers for nested structures.
 
 A structure is any nesting of tuples, lists and dicts whose leaves are tensors
-or plain values (numbers, strings, None, booleans).
+or plain values (numbers, strings, None, booleans). Containers keep their class
+(a ModelOutput, a namedtuple, an OrderedDict) through every helper here.
 """
 
 from __future__ import annotations
@@ -12,27 +13,36 @@ from typing import Any, Callable
 
 import torch
 
-PLAIN_TYPES = (int, float, bool, str, type(None))
+from aitune_ray.model.structure import PLAIN_TYPES, make
 
 
 def map_structure(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """Apply fn to every tensor leaf, keeping the nesting (namedtuples included)."""
+    """Apply fn to every tensor leaf, keeping the nesting and each container's class."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(map_structure(v, fn) for v in obj))
     if isinstance(obj, (tuple, list)):
-        return type(obj)(map_structure(v, fn) for v in obj)
+        return make(type(obj), [map_structure(v, fn) for v in obj])
     if isinstance(obj, dict):
-        return {k: map_structure(v, fn) for k, v in obj.items()}
+        return make(type(obj), [map_structure(v, fn) for v in obj.values()], list(obj))
     return obj
 
 
 def tensors_of(obj: Any) -> list[torch.Tensor]:
     """The tensor leaves of a structure, in a stable order."""
     found: list[torch.Tensor] = []
-    map_structure(obj, found.append)
+    _collect(obj, found)
     return found
+
+
+def _collect(obj: Any, found: list) -> None:
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for v in obj:
+            _collect(v, found)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect(v, found)
 
 
 def check_recordable(obj: Any, where: str = "input") -> None:

@@ -222,7 +222,8 @@ class ModuleReport:
         return "\n\nConfirm session (side by side with eager on one device), ms/call (first timing): " + "; ".join(parts)
 
     def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
+        # the results by their own to_dict: plain data only (a failed build's live exception stays out)
+        data = dataclasses.asdict(dataclasses.replace(self, results=[]))
         data["results"] = [r.to_dict() for r in self.results]
         for r in data["results"]:
             r["artifacts"] = {k: (v if isinstance(v, str) else f"<{len(v)} bytes>") for k, v in r["artifacts"].items()}
