@@ -83,15 +83,17 @@ def token_auth_said() -> None:
 
 
 def watch_session():
-    """A SessionReaper for the Ray just started here (None when its session folder is not known)."""
+    """A SessionReaper for the Ray just started here, watching the processes Ray started for it (None when
+    they are not known)."""
     from aitune_ray.cluster.session_reaper import SessionReaper
 
-    try:
-        session_dir = ray._private.worker._global_node.get_session_dir_path()   # Ray's handle on its session
+    try:   # Ray's handle on the processes it started (ray 2.60): type -> [ProcessInfo]
+        infos = ray._private.worker._global_node.all_processes
+        pids = [info.process.pid for kind in infos.values() for info in kind if info.process is not None]
     except Exception as exc:  # noqa: BLE001 - Ray's internals moved: the session ends as Ray ends it
-        logger.debug("the local Ray's session folder is not known (%s): no watcher for it", exc)
+        logger.debug("the local Ray's processes are not known (%s): no watcher for them", exc)
         return None
-    return SessionReaper(session_dir)
+    return SessionReaper(pids)
 
 
 def stop_local_monitor() -> bool:
