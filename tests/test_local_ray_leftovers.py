@@ -84,6 +84,12 @@ def test_a_killed_drivers_ray_session_and_temporary_folders_do_not_outlive_it(tm
                 break
         assert session, (tmp_path / "driver.err").read_text()[-3000:]
         assert session_processes(session), "no process names the session folder"
+        # The local Ray is reachable from this machine only, and its token is readable by this user only.
+        assert node_ip == "127.0.0.1" and gcs.startswith("127.0.0.1:"), (node_ip, gcs)
+        listening = listening_addresses(int(gcs.rsplit(":", 1)[1]))
+        assert listening and all(address in LOOPBACK for address in listening), listening
+        token = tmp_path / ".ray" / "auth_token"
+        assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600, oct(token.stat().st_mode)
         own = [p for p in tmp_path.iterdir() if p.name.startswith(f"aitune-ray-logs-p{driver.pid}-")]
         assert own, sorted(p.name for p in tmp_path.iterdir())
         driver.send_signal(signal.SIGKILL)
