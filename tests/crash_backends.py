@@ -5,7 +5,9 @@ of contained inline builds and of resuming after a build took the driver down.
                                                        each candidate's status as one JSON line
 
 Candidates are CrashingBackends tagged 1..3; tag 2 segfaults in its build. AITUNE_TEST_BUILD_LOG names a
-file where each build (not a restore) appends its tag before it does anything else.
+file where each build (not a restore) appends its tag before it does anything else. A build of how="helper"
+starts a helper process (one that would sleep 10 minutes), writes its pid to the file AITUNE_TEST_HELPER_PID
+names, and hangs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import threading
 
@@ -29,7 +32,7 @@ MEASURE = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_seconds=0.1)
 @dataclasses.dataclass
 class CrashConfig(HelperConfig):
     """how: "segfault" (reads address 0), "abort" (SIGABRT), "hang" (waits for an event that never comes),
-    or "" (builds like FastBackend)."""
+    "helper" (starts a helper process, then hangs) or "" (builds like FastBackend)."""
 
     how: str = ""
 
@@ -47,6 +50,12 @@ class CrashingBackend(FastBackend):
         elif self.config.how == "abort":
             os.abort()
         elif self.config.how == "hang":
+            threading.Event().wait()
+        elif self.config.how == "helper":
+            helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            with open(os.environ["AITUNE_TEST_HELPER_PID"] + ".part", "w") as out:
+                out.write(str(helper.pid))
+            os.replace(os.environ["AITUNE_TEST_HELPER_PID"] + ".part", os.environ["AITUNE_TEST_HELPER_PID"])
             threading.Event().wait()
         super()._build(module, samples, device, workdir)
 

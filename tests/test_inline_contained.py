@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 import aitune_ray as ait
 from aitune_ray.records.results import CRASHED, OK, TIMED_OUT
@@ -41,6 +44,36 @@ def test_a_hanging_contained_build_times_out():
     got = {r.spec["config"]["tag"]: r for r in report.modules[0].results}
     assert got[1].status == TIMED_OUT and "30 s" in got[1].error
     assert got[2].status in (OK, TIMED_OUT)   # a busy host may take 30 s to start a child: no timing assumed
+
+
+def process_gone(pid: int) -> bool:
+    """Whether pid has ended (a zombie waiting for its new parent to reap it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as src:
+            return src.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_timed_out_contained_build_takes_the_processes_it_started_along(tmp_path, monkeypatch):
+    """The build's child runs in a process group of its own, killed whole at the timeout: a helper it started
+    (a compiler, say) does not live on."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads /proc")
+    pid_file = tmp_path / "helper.pid"
+    monkeypatch.setenv("AITUNE_TEST_HELPER_PID", str(pid_file))
+    _, report = run([CrashingBackend(CrashConfig(tag=1, how="helper"))],
+                    ait.InlineExecutor(remeasure_rounds=2, contain=True, task_timeout_s=30))
+    assert report.modules[0].results[0].status == TIMED_OUT
+    helper = int(pid_file.read_text())   # written before the build hung, so before its timeout
+    try:
+        deadline = time.monotonic() + 30   # SIGKILL is immediate; the bound only keeps a regression from hanging
+        while not process_gone(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_gone(helper), "the helper the build started outlived the build's timeout"
+    finally:
+        if not process_gone(helper):
+            os.kill(helper, signal.SIGKILL)
 
 
 def test_a_resume_after_an_in_process_build_killed_the_driver_does_not_build_it_again(tmp_path):

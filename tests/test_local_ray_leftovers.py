@@ -4,9 +4,11 @@ its Ray printed no token warning (the local executor asks for token authenticati
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,9 +30,27 @@ executor = RayExecutor(max_actors=1, warm_up="off")
 executor.open()
 executor.resolve_device("cpu")
 assert executor.pool is not None
+print("GCS", ray.get_runtime_context().gcs_address, ray._private.worker._global_node.node_ip_address, flush=True)
 print("SESSION", ray._private.worker._global_node.get_session_dir_path(), flush=True)
 sys.stdin.read()   # until the test kills this process
 """
+
+
+#: 127.0.0.1 as /proc/net/tcp and /proc/net/tcp6 write it (the latter as ::ffff:127.0.0.1), and ::1.
+LOOPBACK = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses (hex, as /proc/net writes them) that listen on TCP port, over IPv4 and IPv6."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as src:
+            for row in src.read().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:   # 0A: LISTEN
+                    found.append(address)
+    return found
 
 
 def wait_until(condition, timeout_s: float) -> bool:
@@ -46,8 +66,6 @@ def wait_until(condition, timeout_s: float) -> bool:
 @pytest.mark.slow
 def test_a_killed_drivers_ray_session_and_temporary_folders_do_not_outlive_it(tmp_path):
     pytest.importorskip("ray")
-    from aitune_ray.cluster.session_reaper import session_processes
-
     ray_tmp = tempfile.mkdtemp(prefix="rr-", dir="/tmp")   # short: Ray's socket paths must fit
     env = dict(os.environ, HOME=str(tmp_path), TMPDIR=str(tmp_path), RAY_TMPDIR=ray_tmp,
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
@@ -56,14 +74,22 @@ def test_a_killed_drivers_ray_session_and_temporary_folders_do_not_outlive_it(tm
     stderr = open(tmp_path / "driver.err", "w")
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=stderr, text=True)
-    session = ""
+    session, gcs = "", ""
     try:
         for line in driver.stdout:   # blocks until the driver's Ray and actor are up; no timing involved
+            if line.startswith("GCS "):
+                gcs, node_ip = line.split()[1:]
             if line.startswith("SESSION "):
                 session = line.split(" ", 1)[1].strip()
                 break
         assert session, (tmp_path / "driver.err").read_text()[-3000:]
         assert session_processes(session), "no process names the session folder"
+        # The local Ray is reachable from this machine only, and its token is readable by this user only.
+        assert node_ip == "127.0.0.1" and gcs.startswith("127.0.0.1:"), (node_ip, gcs)
+        listening = listening_addresses(int(gcs.rsplit(":", 1)[1]))
+        assert listening and all(address in LOOPBACK for address in listening), listening
+        token = tmp_path / ".ray" / "auth_token"
+        assert token.is_file() and stat.S_IMODE(token.stat().st_mode) == 0o600, oct(token.stat().st_mode)
         root = tmp_path / f"{tempdirs.PREFIX}{os.getuid()}"
         own = [p for p in root.iterdir() if p.name.startswith("logs-")]
         assert own, sorted(p.name for p in root.iterdir())
@@ -83,49 +109,93 @@ def test_a_killed_drivers_ray_session_and_temporary_folders_do_not_outlive_it(tm
     assert set(tempdirs.sweep(root)) >= set(own) and not any(p.exists() for p in own)
 
 
+def session_processes(session_dir: str) -> list[int]:
+    """PIDs of this user's processes whose command line names session_dir (not this process): what the test
+    looks for after a kill, never what the reaper chooses by."""
+    needle, uid, found = session_dir.encode(), os.getuid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != uid or needle not in (entry / "cmdline").read_bytes():
+                continue
+        except OSError:
+            continue
+        found.append(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Whether pid has ended (a zombie counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as src:
+            return src.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+# A stand-in for Ray's processes: a child of the driver that starts a grandchild (as the raylet starts its
+# agents), both naming the session folder, both living 10 minutes unless killed.
+RAY_PROCESS = """
+import subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[1]])
+print(helper.pid, flush=True)
+time.sleep(600)
+"""
+
 REAPED_DRIVER = """
-import sys
+import subprocess, sys
 from aitune_ray.cluster.session_reaper import SessionReaper
 
-reaper = SessionReaper(sys.argv[1])
-print("WATCHED", flush=True)
+ray_process = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], stdout=subprocess.PIPE, text=True)
+helper = int(ray_process.stdout.readline())
+reaper = SessionReaper([ray_process.pid])   # its helper exists now: recorded before this returns
+print("WATCHED", ray_process.pid, helper, reaper.proc.pid, flush=True)
 sys.stdin.read()   # until the test kills this process
 """
 
 
-def test_the_session_reaper_ends_the_sessions_processes_when_its_driver_is_killed(tmp_path):
-    """A process that names the session folder and would live 10 minutes ends once the driver that watched
-    the session is SIGKILLed; a driver that closes its reaper itself leaves such a process alone."""
-    from aitune_ray.cluster.session_reaper import session_processes
-
+def test_the_session_reaper_ends_only_the_processes_it_recorded(tmp_path):
+    """Once the driver that watched the session is SIGKILLed, the processes Ray started and what they
+    started end; a process of the same user that only names the session folder in its command line (a
+    `tail -f` of a Ray log) lives on."""
     session = str(tmp_path / "session_2026-01-01_00-00-00_000000_1")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", session])
-    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER, session], cwd=ROOT, env=env,
+    bystander = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", f"{session}/logs/raylet.out"],
+                                 stdin=subprocess.PIPE)
+    driver = subprocess.Popen([sys.executable, "-c", REAPED_DRIVER, session, RAY_PROCESS], cwd=ROOT, env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    recorded: list[int] = []
     try:
-        assert driver.stdout.readline().startswith("WATCHED")
-        assert sleeper.pid in session_processes(session)
+        line = driver.stdout.readline().split()
+        assert line and line[0] == "WATCHED", line
+        recorded, watcher = [int(line[1]), int(line[2])], int(line[3])
+        assert set(recorded) | {bystander.pid} <= set(session_processes(session))
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-        sleeper.wait(timeout=120)   # returns as soon as the reaper killed it; 600 s otherwise
-        assert sleeper.returncode in (-signal.SIGTERM, -signal.SIGKILL)
+        # The watcher kills what it recorded, waits until it is gone, then exits; 120 s only bounds a hang.
+        assert wait_until(lambda: gone(watcher), 120), "the watcher did not finish"
+        assert all(gone(pid) for pid in recorded), [pid for pid in recorded if not gone(pid)]
+        assert bystander.poll() is None, "the watcher signalled a process it did not record"
     finally:
-        for proc in (driver, sleeper):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        for pid in recorded:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
         driver.stdout.close()
+        bystander.stdin.close()
+        bystander.wait(timeout=60)
+    assert bystander.returncode == 0
 
 
 def test_a_closed_session_reaper_kills_nothing(tmp_path):
     from aitune_ray.cluster.session_reaper import SessionReaper
 
-    session = str(tmp_path / "session_closed")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", session],
-                               stdin=subprocess.PIPE)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        reaper = SessionReaper(session)
+        reaper = SessionReaper([sleeper.pid])
         reaper.close()   # waits for the watcher to end
         assert reaper.proc is None and sleeper.poll() is None
     finally:

@@ -18,6 +18,7 @@ from aitune_ray.checkpoint.reader import CheckpointArchive
 from aitune_ray.errors import AITuneRayError, CheckpointError
 from aitune_ray.records.imports import short_name
 from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime.printable import printable_tree
 
 EXIT_OK, EXIT_BAD = 0, 1
 
@@ -87,7 +88,9 @@ def _plan_summary(plan: dict, module: str) -> dict:
 
 
 def render(summary: dict) -> str:
-    """The summary as the lines the command prints."""
+    """The summary as the lines the command prints. Every string of the file is shown printable: a name with
+    control characters cannot rewrite the line it is on, nor add one."""
+    summary = printable_tree(summary)
     lines = [f"checkpoint {summary['path']}: {summary['size']:,} bytes, {summary['format']} version "
              f"{summary['format_version']}, created {summary['created']}",
              "versions: " + ", ".join(f"{k} {v}" for k, v in sorted(summary["versions"].items()))]

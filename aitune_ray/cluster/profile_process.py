@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime import process_group, tempdirs
 from aitune_ray.runtime.device import module_device
 from aitune_ray.errors import AITuneRayError
 from aitune_ray.records.failures import short
@@ -79,7 +79,7 @@ class ProfileChild:
         self.spawned = time.time()
         try:
             with open(self._err_path, "wb") as err:
-                self.proc: subprocess.Popen | None = subprocess.Popen(
+                self.proc: subprocess.Popen | None = process_group.start(
                     [sys.executable, "-m", __name__, self.folder, device], env=env, stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL, stderr=err)
             self.error = ""
@@ -131,7 +131,7 @@ class ProfileChild:
         except OSError:
             pass   # it has ended already: its code and words say why
         try:
-            code = self.proc.wait(timeout=timeout_s)
+            code = process_group.wait(self.proc, timeout_s)
         except subprocess.TimeoutExpired as exc:
             raise ProfileProcessError(f"the profiling child process gave no result within {timeout_s:g} s") from exc
         if code != 0 or not os.path.exists(os.path.join(self.folder, "result.pkl")):
@@ -155,9 +155,8 @@ class ProfileChild:
 
 
 def _end(proc: subprocess.Popen | None, folder: str) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    if proc is not None and proc.returncode is None:
+        process_group.end(proc)   # the child and whatever it started
     if proc is not None and proc.stdin is not None and not proc.stdin.closed:
         with contextlib.suppress(OSError):
             proc.stdin.close()

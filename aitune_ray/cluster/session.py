@@ -82,16 +82,69 @@ def token_auth_said() -> None:
     _enable_token_auth()
 
 
+#: The address a Ray started here takes: its GCS, raylet, agents and workers then listen on loopback only.
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def loopback_only():
+    """Within: a ray.init() that starts a Ray here keeps LOOPBACK as its node's address. ray.init() turns a
+    loopback _node_ip_address into the machine's address for other nodes to reach, unless Ray clusters are
+    off (ray_constants.ENABLE_RAY_CLUSTER, ray 2.60, as on macOS): off, then, for the start only. A Ray
+    whose node address is 127.0.0.1 binds every server to it."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        yield
+        return
+    real = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = real
+
+
+def private_token() -> None:
+    """Under token authentication, Ray's token file (RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token) readable by
+    its owner only: one that is missing is made here, mode 0600 (Ray makes it with the umask's mode, mostly
+    readable by all), and one of this user's that others may read gets mode 0600. A token given in
+    RAY_AUTH_TOKEN needs no file."""
+    import secrets
+    import stat
+
+    if (os.environ.get("RAY_AUTH_MODE") or "").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        if not os.environ.get("RAY_AUTH_TOKEN_PATH"):
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+                os.chmod(path, 0o600)
+                logger.warning("Ray's token file %s was readable by others: now by its owner only (mode 0600)", path)
+            return
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))   # as Ray makes one: 256 random bits in hex
+    except OSError as exc:
+        logger.warning("Ray's token file %s could not be made private: %s", path, exc.strerror or exc)
+
+
 def watch_session():
-    """A SessionReaper for the Ray just started here (None when its session folder is not known)."""
+    """A SessionReaper for the Ray just started here, watching the processes Ray started for it (None when
+    they are not known)."""
     from aitune_ray.cluster.session_reaper import SessionReaper
 
-    try:
-        session_dir = ray._private.worker._global_node.get_session_dir_path()   # Ray's handle on its session
+    try:   # Ray's handle on the processes it started (ray 2.60): type -> [ProcessInfo]
+        infos = ray._private.worker._global_node.all_processes
+        pids = [info.process.pid for kind in infos.values() for info in kind if info.process is not None]
     except Exception as exc:  # noqa: BLE001 - Ray's internals moved: the session ends as Ray ends it
-        logger.debug("the local Ray's session folder is not known (%s): no watcher for it", exc)
+        logger.debug("the local Ray's processes are not known (%s): no watcher for them", exc)
         return None
-    return SessionReaper(session_dir)
+    return SessionReaper(pids)
 
 
 def stop_local_monitor() -> bool:
@@ -171,13 +224,17 @@ class RaySession:
             else:
                 logger.info("starting Ray on this machine (local single-node mode)")
                 token_auth_said()
+                private_token()
                 # No idle workers prestarted, one per CPU: on a many-core machine their start competes
                 # for the CPUs with the driver's recording and the tuner actors' own start. Nor Ray's API
                 # server, which this job's own Ray does not serve (lean_start). address="local": a Ray of this
-                # job's own, never another one found running on this machine (which refuses num_gpus).
-                self.started_lean = lean_start.start(lambda: ray.init(
-                    address="local", include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
-                    _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
+                # job's own, never another one found running on this machine (which refuses num_gpus). It
+                # listens on loopback only: no other machine reaches it, whatever RAY_AUTH_MODE says.
+                with loopback_only():
+                    self.started_lean = lean_start.start(lambda: ray.init(
+                        address="local", include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                        _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK,
+                        _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
                 self._reaper = watch_session()
             self._own_ray = True
         resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())

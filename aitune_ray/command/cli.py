@@ -45,10 +45,14 @@ _quiet = False
 
 
 def say(text: str = "", error: bool = False) -> None:
+    """Print text (an error: one line on stderr), its control characters written out (runtime/printable.py):
+    names from files or users cannot rewrite the terminal."""
     if _quiet and not error:
         return
+    from aitune_ray.runtime.printable import printable
+
     with _print_lock:
-        print(text, file=sys.stderr if error else sys.stdout, flush=True)
+        print(printable(text, lines=not error), file=sys.stderr if error else sys.stdout, flush=True)
 
 
 # ----- arguments -------------------------------------------------------------------------------------

@@ -200,11 +200,7 @@ def load_jobs(path: str | Path) -> list[Job]:
     """Read and check a job file: one Job per model (a one-model file gives one). Raises ConfigError naming
     the key path of the first problem, before anything is made or started."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
-    jobs = parse_jobs(parse_yaml(text, str(path)))
+    jobs = parse_jobs(parse_yaml(read_job_text(path), str(path)))
     several = len(jobs) > 1 or jobs[0].name is not None
     for job in jobs:
         if job.output is None:
@@ -233,12 +229,37 @@ def for_kind(job: Job, kind: str) -> Job:
     return out
 
 
+#: A job file is a page of settings: a larger one is refused before it is parsed.
+MAX_JOB_BYTES = 1 << 20
+
+
+def read_job_text(path: Path) -> str:
+    """The text of a job file of at most MAX_JOB_BYTES (more is never read); ConfigError otherwise."""
+    try:
+        with open(path, "rb") as src:
+            data = src.read(MAX_JOB_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_JOB_BYTES:
+        raise ConfigError(f"job file {path} is larger than {MAX_JOB_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"job file {path} is not UTF-8 text (byte {exc.start})") from None
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """YAML (or JSON) text as plain data. A syntax error or a key given twice is a one-line ConfigError."""
+    """YAML (or JSON) text as plain data. A syntax error, a key given twice or an alias (``*name``: nested
+    aliases expand exponentially, a few hundred bytes to billions of nodes) is a one-line ConfigError."""
     import yaml
 
     class Loader(yaml.SafeLoader):
-        pass
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"YAML aliases (*name) are not accepted in a job file; write the value out "
+                                  f"({where}, line {mark.line + 1})")
+            return super().compose_node(parent, index)
 
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
         seen = set()
@@ -254,6 +275,8 @@ def parse_yaml(text: str, where: str) -> Any:
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     try:
         return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError:
+        raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

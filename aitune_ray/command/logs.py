@@ -11,6 +11,15 @@ import json
 import logging
 from typing import IO
 
+from aitune_ray.runtime.printable import printable
+
+
+class PlainFormatter(logging.Formatter):
+    """``LEVEL logger: message`` lines, control characters written out (a traceback keeps its lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True)
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -33,7 +42,7 @@ class LogSetup:
     def __init__(self, stream: IO, verbose: int = 0, quiet: bool = False, json_lines: bool = False):
         self.handler = logging.StreamHandler(stream)
         self.handler.setFormatter(JsonFormatter() if json_lines else
-                                  logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+                                  PlainFormatter("%(levelname)s %(name)s: %(message)s"))
         self.level = level(verbose, quiet)
         self._old = None
 

@@ -16,6 +16,7 @@ import time
 from typing import IO
 
 from aitune_ray.report.events import TERMINAL, actor_row
+from aitune_ray.runtime.printable import printable
 
 STATES = {"queued": "queued", "building": "building", "checking": "checking", "measuring": "measuring",
           "planning": "planning", "remeasuring": "re-measuring", "profiling": "profiling"}
@@ -38,6 +39,13 @@ def event_line(event: dict) -> str:
     elapsed = event.get("elapsed_s")
     took = f" after {elapsed:.1f} s" if isinstance(elapsed, (int, float)) else ""
     return f"[{module}] {word}{what}: {status}{took}{where}"
+
+
+def cell(text) -> str:
+    """A live table's cell: printable, and rich's markup in it ([red]) shown as written."""
+    from rich.markup import escape
+
+    return escape(printable(text))
 
 
 def is_terminal(stream: IO) -> bool:
@@ -99,14 +107,14 @@ class ProgressView:
                 self.best[ident[0]] = (float(speedup), row["backend"])
 
     def _write(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        print(printable(text), file=self.stream, flush=True)   # one line, whatever the names in it hold
 
     # ----- the live table ------------------------------------------------------------------------
     def table(self):
         from rich.table import Table
 
         with self._lock:
-            best = "; ".join(f"{m}: {b} ({s:.2f}x)" for m, (s, b) in self.best.items())
+            best = cell("; ".join(f"{m}: {b} ({s:.2f}x)" for m, (s, b) in self.best.items()))
         table = Table(title="aitune-ray", caption=f"best so far: {best}" if best else None, expand=False)
         for column in ("module", "candidate", "state", "where", "elapsed"):
             table.add_column(column)
@@ -119,7 +127,8 @@ class ProgressView:
             state = row["state"]
             style = "green" if state == "ok" else "red" if state in ("error", "crashed", "timed out", "oom",
                                                                        "rejected") else None
-            table.add_row(row["module"], row["backend"], f"[{style}]{state}[/]" if style else state, row["where"],
+            module, backend, state_text, where = (cell(row[k]) for k in ("module", "backend", "state", "where"))
+            table.add_row(module, backend, f"[{style}]{state_text}[/]" if style else state_text, where,
                           "" if elapsed is None else f"{elapsed:.1f} s")
         return table
 

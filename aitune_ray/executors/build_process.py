@@ -8,7 +8,9 @@ What crosses, through files in a private temporary folder (no Ray):
   when it is not the real one (aitune_ray.measure.timing.use_clock): the child's screening and profile
   read the same clock as this process's eager timing and confirm session;
 - back: the result record (plain data) and the build's exception (failures.pack_exception).
-The child writes its result and exits; the parent waits at most timeout_s, then kills it. A child that ends
+The child writes its result and exits; the parent waits at most timeout_s, then kills it. The child runs in
+a process group of its own, killed whole when it ends (runtime/process_group.py): a compiler or any other
+helper the build started does not outlive it. A child that ends
 without a result crashed; one killed at its timeout timed out (failures.lost_process says which, for
 this and for a Ray actor alike). Its stderr is the candidate's log (faulthandler prints a crash's stack
 there), kept beside the module's artifacts.
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from aitune_ray.runtime import tempdirs
+from aitune_ray.runtime import process_group, tempdirs
 from aitune_ray.measure import timing
 from aitune_ray.records.failures import lost_process, outcome, pack_exception, revive_exception
 from aitune_ray.records.results import BuildResult, CandidateJob
@@ -76,17 +78,16 @@ def run_in_child(name: str, module: torch.nn.Module, samples, device: torch.devi
         # The child imports what this process can: the project, and the user's modules named by the pickle.
         env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", __name__, str(folder)], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            code = proc.wait(timeout=timeout_s)
+            proc = process_group.start([sys.executable, "-m", __name__, str(folder)], env=env,
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:   # the child's process group ends with it, whatever it started (a compiler) included
+            code = process_group.wait(proc, timeout_s)
             timed_out = False
         except subprocess.TimeoutExpired:
-            proc.kill()
-            code, timed_out = proc.wait(), True
-        except BaseException:   # Ctrl-C: the child goes too
-            proc.kill()
-            proc.wait()
+            process_group.end(proc)
+            code, timed_out = proc.returncode, True
+        except BaseException:   # Ctrl-C: the child and what it started go too
+            process_group.end(proc)
             raise
         seconds = time.monotonic() - started
         result_file = folder / "result.pkl"

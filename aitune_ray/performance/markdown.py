@@ -6,10 +6,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from aitune_ray.runtime.printable import markdown_text
+
 
 def render(data: dict[str, Any]) -> str:
     parts = [_overview(data), _runs(data), _regions(data), _attribution(data), _averages(data), _warnings(data)]
-    return "\n\n".join(part for part in parts if part) + "\n"
+    # module and function names are the user's: printable, never HTML or a link
+    return markdown_text("\n\n".join(part for part in parts if part) + "\n", lines=True)
 
 
 def _overview(data: dict[str, Any]) -> str:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import html
 
+from aitune_ray.report.links import log_link
+from aitune_ray.runtime.printable import printable
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 76em; color: #222;
        line-height: 1.4; }
@@ -82,8 +85,10 @@ def render(blocks: list[tuple], images: dict[str, bytes]) -> str:
 
 
 def _value(name: str, value: str) -> str:
-    return f"<a href=\"{_e(value)}\">{_e(value)}</a>" if name == "log" else _e(value)
+    target = log_link(name, value)
+    return f"<a href=\"{_e(target)}\">{_e(value)}</a>" if target else _e(value)
 
 
 def _e(text) -> str:
-    return html.escape(str(text), quote=True)
+    """text as HTML shows it: printable (control characters and bidi overrides written out), then escaped."""
+    return html.escape(printable(text, lines=True), quote=True)   # a line break is a space in HTML

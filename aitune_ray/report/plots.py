@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 
+from aitune_ray.runtime.printable import printable
 from aitune_ray.report.answer import CHOSEN, FAILED, LOST, PASSED, UNDECIDED, figures, label, verdict
 from aitune_ray.report.events import Span
 from aitune_ray.records.results import CANCELLED, CRASHED, ERROR, OK, OOM, REJECTED, TIMED_OUT
@@ -66,7 +67,7 @@ def speedup_points(module: ModuleReport) -> list[dict]:
             continue
         at = {**{f"bs {bs}": t for bs, t in found["bs"].items() if t}, **({"all": found["mix"]} if found["mix"] else {})}
         if at:
-            points.append({"label": label(result, 40), "kind": kind, "verdict": words, "at": at})
+            points.append({"label": printable(label(result, 40)), "kind": kind, "verdict": words, "at": at})
     return points
 
 
@@ -103,7 +104,8 @@ def speedup_png(reports: list[ModuleReport]) -> bytes | None:
                         fontsize=FONT)
         axes.tick_params(axis="y", labelsize=FONT)
         axes.set_ylabel("speedup over eager (x)", fontsize=FONT)
-        axes.set_title(f"{report.module} on {report.device}: speedup over eager, 95% intervals", fontsize=FONT + 1)
+        axes.set_title(printable(f"{report.module} on {report.device}: speedup over eager, 95% intervals"),
+                       fontsize=FONT + 1)
         axes.grid(axis="y", alpha=0.3, which="both")
         axes.legend(fontsize=FONT - 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(figure)
@@ -111,7 +113,7 @@ def speedup_png(reports: list[ModuleReport]) -> bytes | None:
 
 def label_of(span: Span) -> str:
     """A span's name in the timeline's legend: its candidate, or for a module-wide task its phase."""
-    return span.candidate or f"{span.phase} ({span.module})"
+    return printable(span.candidate or f"{span.phase} ({span.module})")
 
 
 def timeline_palette(spans: list[Span]) -> dict[str, tuple]:

@@ -8,6 +8,7 @@ import math
 from aitune_ray.backend.backend import config_defaults
 from aitune_ray.measure.timing import Timing
 from aitune_ray.records.results import BuildResult
+from aitune_ray.runtime.printable import markdown_text
 
 # Eager's ms/call moving by this factor between its first timing and the re-measure, within one tuning, is
 # said in the report: on a GPU, clocks move a GPU-bound call by a few percent; a call that moves this much is
@@ -115,7 +116,7 @@ class ModuleReport:
         return pd.DataFrame(self.rows())
 
     def markdown(self) -> str:
-        head = (f"### {self.module} ({self.strategy} on {self.device}; recorded batch sizes "
+        head = (f"### {str(self.module).replace(chr(10), ' ')} ({self.strategy} on {self.device}; recorded batch sizes "
                 f"{_mix_text(self.call_mix)})\n\n"
                 "Speedup: eager time over the candidate's, the median of the confirm session's paired rounds with "
                 "its interval in brackets (at the decision's confidence, 1 - alpha/K); ms/call: back-to-back calls between two synchronizes (a serving loop); "
@@ -136,10 +137,11 @@ class ModuleReport:
                              f"{_num(row[f'latency_ms_bs{bs}'])}/{_num(row[f'p90_ms_bs{bs}'])}")
             note = "; ".join(t for t in (row["what"], row["note"] or row["error"]) if t)
             cells += [_num(row["build_s"]), note.replace("|", "/").replace("\n", " ")[:240]]
-            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-        return (head + "\n".join(lines) + self._remeasured_text() + _paragraph(self.eager_moved_text()) + self._dispatch_text()
-                + _paragraph(self.deploy_text()) + _paragraph(self.speedup_moved_text())
+            lines.append("| " + " | ".join(str(c).replace("\n", " ").replace("|", "/") for c in cells) + " |")
+        text = (head + "\n".join(lines) + self._remeasured_text() + _paragraph(self.eager_moved_text())
+                + self._dispatch_text() + _paragraph(self.deploy_text()) + _paragraph(self.speedup_moved_text())
                 + f"\n\nDecision: {self.decision}\n")
+        return markdown_text(text, lines=True)   # names: printable, never HTML or a link
 
     def eager_moved(self) -> dict[int, tuple[float, float]]:
         """Batch sizes where eager's ms/call at its first timing and in the re-measure differ by EAGER_MOVED
@@ -329,7 +331,8 @@ class TuningReport:
 
     def markdown(self) -> str:
         parts = [m.markdown() for m in self.modules]
-        parts += [f"### {name}\n\nStayed eager: {why}\n" for name, why in self.failures.items()]
+        parts += [f"### {markdown_text(name)}\n\nStayed eager: {markdown_text(why)}\n"
+                  for name, why in self.failures.items()]
         return "\n".join(parts)
 
     def to_dict(self) -> dict:
