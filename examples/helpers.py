@@ -2,6 +2,8 @@
 model, compare outputs on one item)."""
 
 import argparse
+import importlib.util
+import sys
 
 import torch
 
@@ -57,3 +59,27 @@ def arguments(doc: str, out: str, argv=None, sizes: bool = True) -> argparse.Nam
     parser.add_argument("--executor", choices=["ray", "inline"], default="ray")
     parser.add_argument("--out", default=out)
     return parser.parse_args(argv)
+
+
+def block_unloadable_torchvision() -> str | None:
+    """Where torchvision is installed but cannot load beside this torch (PyPI's CUDA build of torchvision beside
+    a CPU-only torch: "operator torchvision::nms does not exist"), make it absent for this process, so that
+    transformers and diffusers, which use it only where it is there, still import. Call it before importing them.
+    Returns why torchvision is unusable here, or None where it loads or is not installed."""
+    if "torchvision" in sys.modules:
+        return _TORCHVISION_BLOCKED.get("why") if sys.modules["torchvision"] is None else None
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    try:
+        import torchvision  # noqa: F401
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure to load makes it unusable
+        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision"] = None   # import torchvision now raises ImportError, as if not installed
+        _TORCHVISION_BLOCKED["why"] = f"torchvision cannot load beside torch {torch.__version__}: " \
+                                      f"{type(exc).__name__}: {exc}"
+        return _TORCHVISION_BLOCKED["why"]
+
+
+_TORCHVISION_BLOCKED: dict[str, str] = {}
