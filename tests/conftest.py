@@ -8,6 +8,21 @@ os.environ.setdefault("AITUNE_RAY_EXECUTOR", "inline")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
+def _block_unloadable_torchvision():
+    """A torchvision that cannot load beside this torch (PyPI's CUDA build beside a CPU-only torch, which timm
+    pulls in) is made absent before any test imports transformers or diffusers, which use it only where it is."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from examples.helpers import block_unloadable_torchvision
+
+    block_unloadable_torchvision()
+
+
+_block_unloadable_torchvision()
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
