@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import gc
 import importlib
+import json
 import logging
 import math
 import os
@@ -684,16 +685,25 @@ def main(argv=None) -> int:
         parser.error(f"unknown model or backend: {', '.join(unknown)} (--list)")
     dtype = getattr(torch, args.dtype)
 
+    from results_table import publish, record_of
+
+    done: list[dict] = []
+
+    def data(rows, complete: bool) -> dict:
+        return {"size": args.size, "device": args.device, "dtype": args.dtype, "complete": complete, "rows": rows,
+                "totals": totals(rows), "versions": versions()}
+
     def progress(row):
         print(markdown([row]).splitlines()[2], flush=True)
+        done.append(row)
+        if args.out:   # the record so far, so that a run stopped part-way still says what it found
+            path = Path(args.out).with_suffix(".partial.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record_of(data(done, False), "zoo"), indent=1, default=str) + "\n")
 
     rows = run_zoo(models, [b for b in args.backends.split(",") if b], args.size, args.device, dtype, args.rounds,
                    progress)
-    from results_table import publish
-
-    data = {"size": args.size, "device": args.device, "dtype": args.dtype, "rows": rows, "totals": totals(rows),
-            "versions": versions()}
-    publish(markdown(rows), args.out, data, benchmark="zoo")
+    publish(markdown(rows), args.out, data(rows, True), benchmark="zoo")
     return 0
 
 
