@@ -81,3 +81,11 @@ def test_every_model_of_the_zoo_is_built_and_called_as_its_users_call_it():
                 # transformers' ModelOutput and diffusers' BaseOutput are both ordered dicts
                 assert isinstance(out, dict) and type(out) is not dict, (entry.name, type(out))
     assert len(zoo.MODELS) >= 20
+
+
+def test_the_gpu_runs_zoo_parts_name_every_model_once():
+    import re
+
+    script = (REPO / "benchmarks" / "gpu_run.sh").read_text()
+    named = [m for group in re.findall(r"zoo-\w+\) models=([\w,-]+)", script) for m in group.split(",")]
+    assert sorted(named) == sorted(zoo.MODELS)
