@@ -16,7 +16,10 @@ import os
 import torch
 from torch import nn
 
+from examples.helpers import block_unloadable_torchvision
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # a config, never a download
+block_unloadable_torchvision()   # a torchvision that cannot load here would stop transformers' import
 
 SIZES = {
     "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
