@@ -275,7 +275,9 @@ def zoo_rows(result: dict) -> list[dict]:
         row.setdefault("unavailable", "")
         for b in backends:
             row.setdefault(b, "n/a")
-    total = {"model": "**passed (build / correct / round trip, of runs)**", "library": "", "unavailable": ""}
+    total = {"model": "**passed (build / correct / round trip, of runs)**" + (
+        "" if result.get("complete", True) else " of a run stopped part-way: models after the last row not reached"),
+             "library": "", "unavailable": ""}
     for b in backends:
         runs = [r for r in rows_in if r.get("backend") == b and r.get("build") != "unavailable"]
         total[b] = (f"{sum(r['build'] == 'ok' for r in runs)} / {sum(bool(r.get('correct')) for r in runs)} / "
