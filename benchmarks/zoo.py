@@ -510,9 +510,31 @@ def where_raised(exc: BaseException | None) -> str:
     return f"{path}:{frame.lineno}"
 
 
+#: Errors read once and traced to their cause: (a piece of the error, whose it is, why). A library may raise an
+#: error that this project's call provoked; these say so where the frame alone would blame the library.
+KNOWN = (
+    ("Detected mismatch between the structure of `inputs` and `dynamic_shapes`", "here",
+     "torch_inductor_aot.batch_dynamic_shapes lists the keyword values in call order; torch.export matches "
+     "dynamic_shapes to forward's signature, where a keyword that forward takes through **kwargs (transformers 5's "
+     "return_dict) is one dict"),
+    ("Failed to convert 'dynamic_axes' to 'dynamic_shapes'", "here",
+     "onnx_export.export_onnx gives the dynamo exporter dynamic_axes for a call with non-tensor keywords "
+     "(use_cache=False, return_dict, None), which torch.onnx cannot turn into dynamic_shapes"),
+    ("is a dict, eager returns a", "here",
+     "ONNX Runtime's outputs are rebuilt as a plain dict, not the ModelOutput the model returns"),
+)
+
+
+def known(error: str) -> tuple[str, str] | None:
+    """(whose, why) for an error traced before, else None."""
+    return next(((whose, why) for piece, whose, why in KNOWN if piece in error), None)
+
+
 def classify(where: str, error: str) -> str:
     """"library" where the backend's own library raised the error, else "here" (this project's code, or a
-    wrong result it returned)."""
+    wrong result it returned); an error traced before (KNOWN) is what its tracing found."""
+    if known(error):
+        return known(error)[0]
     if where and any(part in where for part in LIBRARY_FRAMES):
         return "library"
     if where.startswith(("transformers/", "diffusers/", "timm/", "torchvision/")) and "aitune_ray" not in error:
@@ -575,6 +597,7 @@ def run_one(entry: ZooModel, backend: str, size: str = "tiny", device: str = "cp
         row["failure"] = classify(row["where"], row["error"])
     finally:
         row["seconds"] = round(time.perf_counter() - started, 1)
+        row["cause"] = (known(row["error"]) or ("", ""))[1]
         del wrapped, model
         gc.collect()
     return row

@@ -89,3 +89,10 @@ def test_the_gpu_runs_zoo_parts_name_every_model_once():
     script = (REPO / "benchmarks" / "gpu_run.sh").read_text()
     named = [m for group in re.findall(r"zoo-\w+\) models=([\w,-]+)", script) for m in group.split(",")]
     assert sorted(named) == sorted(zoo.MODELS)
+
+
+def test_an_error_traced_to_this_project_is_classified_here_wherever_it_was_raised():
+    error = ("build failed: UserError: Detected mismatch between the structure of `inputs` and `dynamic_shapes`: "
+             "`inputs[2]` is a <class 'dict'>")
+    assert zoo.classify("torch/export/dynamic_shapes.py:668", error) == "here"
+    assert "batch_dynamic_shapes" in zoo.known(error)[1]
