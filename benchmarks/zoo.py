@@ -490,9 +490,10 @@ def check_outputs(out: Any, ref: Any, tolerance: float | None = None) -> tuple[b
     return report.passed, report.reason if not report.passed else "", report.max_error
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def _one_line(text: str, limit: int = 500) -> str:
+    """text on one line; a long one keeps its start and its end (where an exporter's root cause usually is)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[:limit // 3] + " ... " + text[-(limit - limit // 3 - 5):]
 
 
 def where_raised(exc: BaseException | None) -> str:
