@@ -2,7 +2,8 @@
 # The GPU tests and the benchmarks on a GPU machine, in parts that each fit one command of about 10 minutes.
 # Needs the ray, torchao and onnx-gpu extras (pip install -e ".[ray,torchao,onnx-gpu]"), as the GPU image's setup
 # installs them; the forge part also uses sageattention and flash-attn where they are installed.
-#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|bert|decisions|aitune|forge|ort|memory|resume ...]
+#   bash benchmarks/gpu_run.sh OUT [bytecode|tests|backends|wrapper|ray|bert|decisions|aitune|forge|ort|memory|resume|
+#                                   zoo-text|zoo-vision|zoo-diffusion ...]
 # Each benchmark writes its table (OUT/<part>.md) and its JSON; benchmarks/README.md says how a run becomes a
 # row of benchmarks/RESULTS.md.
 set -u
@@ -68,6 +69,17 @@ for part in $parts; do
         --out "$out/memory.md" ;;
     resume)   # a job killed half-way and resumed, against the same job run cold, on Ray
       run resume 590 python benchmarks/resume.py --executor ray --device cuda --timeout 180 --out "$out/resume.md" ;;
+    zoo-text|zoo-vision|zoo-diffusion)   # the model zoo at full size, fp16, in three parts of about 10 minutes:
+      # every model x backend, built, checked against eager (type and every tensor), saved and loaded, timed. Needs
+      # the zoo extra's libraries (the image lacks diffusers: bring its wheel, or its models say "unavailable");
+      # a part stopped at its limit keeps what it found in OUT/<part>.partial.json
+      case $part in
+        zoo-text) models=bert,distilbert,roberta-cls,bert-cls,gpt2,llama,qwen2,t5-encoder,deberta-v2,clip-text ;;
+        zoo-vision) models=vit,swin,convnext,whisper-encoder,wav2vec2,timm-resnet,timm-convnext,timm-vit,tv-resnet18,tv-mobilenet-v3,tv-efficientnet-b0,tv-fpn ;;
+        zoo-diffusion) models=unet,dit,pixart,sd3,vae-decoder ;;
+      esac
+      run "$part" 590 python benchmarks/zoo.py --size full --dtype float16 --models "${MODELS:-$models}" \
+        --backends ${BACKENDS:-jit,aot,onnx,ao-int8wo,kernels} --out "$out/$part.md" ;;
     *) echo "unknown part $part" ;;
   esac
 done

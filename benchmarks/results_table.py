@@ -258,6 +258,42 @@ def resume_rows(result: dict) -> list[dict]:
              "same decision": "yes" if result["same_decision"] else "NO"}]
 
 
+def zoo_rows(result: dict) -> list[dict]:
+    """zoo.py: a row per model, a cell per backend (build, correct, round trip, speedup; or the failure, whose
+    and what), then the totals per backend (passes of runs)."""
+    rows_in = result.get("rows", [])
+    backends = list(dict.fromkeys(r["backend"] for r in rows_in if r.get("backend") not in (None, "-")))
+    rows: dict[str, dict] = {}
+    for r in rows_in:
+        row = rows.setdefault(r["model"], {"model": r["model"], "library": r.get("library", "")})
+        if r.get("build") == "unavailable":
+            row.update({b: "-" for b in backends})
+            row["unavailable"] = r.get("error", "")[:120]
+            continue
+        row[r["backend"]] = _zoo_cell(r)
+    for row in rows.values():
+        row.setdefault("unavailable", "")
+        for b in backends:
+            row.setdefault(b, "n/a")
+    total = {"model": "**passed (build / correct / round trip, of runs)**" + (
+        "" if result.get("complete", True) else " of a run stopped part-way: models after the last row not reached"),
+             "library": "", "unavailable": ""}
+    for b in backends:
+        runs = [r for r in rows_in if r.get("backend") == b and r.get("build") != "unavailable"]
+        total[b] = (f"{sum(r['build'] == 'ok' for r in runs)} / {sum(bool(r.get('correct')) for r in runs)} / "
+                    f"{sum(bool(r.get('round_trip')) for r in runs)} of {len(runs)}")
+    return list(rows.values()) + [total]
+
+
+def _zoo_cell(r: dict) -> str:
+    speedup = r.get("speedup")
+    if r.get("build") == "ok" and r.get("correct") and r.get("round_trip"):
+        return "pass" + (f", {speedup:.2f}x" if isinstance(speedup, float) else "")
+    step = ("build " + r.get("build", "?") if r.get("build") != "ok" else
+            "correct NO" if not r.get("correct") else "round trip NO")
+    return f"{step} ({r.get('failure') or '?'}): {(r.get('error') or '')[:90]}"
+
+
 #: The questions, in the order RESULTS.md gives them: (benchmark, title, how to run it, summary).
 QUESTIONS = (
     ("backends", "Which backend wins on my model?", "python benchmarks/backends.py --model encoder --out OUT/b.md",
@@ -286,6 +322,9 @@ QUESTIONS = (
      "python benchmarks/memory.py --cycles 12 [--contain] --out OUT/driver.md", driver_memory_rows),
     ("resume", "What does a killed job cost once resumed?", "python benchmarks/resume.py --out OUT/resume.md",
      resume_rows),
+    ("zoo", "Which real models tune end to end, on which backends? (pass: built, correct in type and every "
+     "tensor, and equal after ait.save + ait.load into a fresh model; failures: library = the backend's own "
+     "library raised it, here = this project)", "python benchmarks/zoo.py --out OUT/zoo.md", zoo_rows),
 )
 
 

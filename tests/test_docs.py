@@ -17,7 +17,8 @@ READMES = [REPO / "README.md", *sorted((REPO / "examples").glob("*/README.md"))]
 DOCS = READMES + sorted((REPO / "docs").glob("*.md"))
 JOB_REFERENCE = REPO / "docs" / "job.md"
 BLOCK = re.compile(r"(?P<mark><!--\s*gpu\s*-->\s*\n)?```python\n(?P<code>.*?)\n```", re.S)
-NEEDS = {"examples/hf_encoder/README.md": "transformers"}
+NEEDS = {"examples/hf_encoder/README.md": "transformers", "examples/transformers/README.md": "transformers",
+         "examples/diffusers/README.md": "diffusers"}
 
 
 def python_blocks() -> list:

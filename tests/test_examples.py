@@ -86,3 +86,17 @@ def test_script_runs_on_cpu(name, tmp_path):
     assert "Decision:" in done.stdout
     expect = "relative L2 error after load: 0" if name == "attention" else "max abs difference after load 0"
     assert expect in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_the_transformers_script_tunes_gpt2_called_with_keywords(tmp_path):
+    """examples/transformers/run.py on the CPU: GPT-2 called with use_cache=False keeps its ModelOutput, tuned and
+    after a checkpoint round trip."""
+    needs("transformers")
+    env = dict(os.environ, PYTHONPATH="", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(REPO / "examples/transformers/run.py"), "--size", "tiny", "--executor",
+                           "inline", "--out", str(tmp_path / "x.ait")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "output: CausalLMOutputWithCrossAttentions with ['logits']" in done.stdout, done.stdout[-3000:]
+    assert "max abs difference after load 0" in done.stdout, done.stdout[-3000:]

@@ -164,3 +164,26 @@ def test_the_driver_memory_cycles_are_a_row_of_their_growth_per_cycle():
                                               "per_cycle_objects": 10.0})
     assert row == {"builds": "in a child process", "cycles": 6, "RSS MB, first / last": "500 / 505",
                    "MB per cycle": "1.00", "objects per cycle": "10"}
+
+
+@pytest.mark.slow
+def test_the_zoos_record_becomes_a_pass_rate_table(tmp_path):
+    """zoo.py, run for real on one model and one backend: a row per model with a cell per backend, and the
+    totals per backend."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "out" / "zoo.md"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "zoo.py"), "--models", "bert", "--backends", "kernels",
+                    "--rounds", "3", "--out", str(out)], check=True, cwd=REPO, timeout=600, capture_output=True)
+    record = json.loads(out.with_suffix(".json").read_text())
+    (row,) = record["result"]["rows"]
+    assert record["benchmark"] == "zoo" and row["model"] == "bert" and row["backend"] == "kernels"
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "zoo_here.json").write_text(json.dumps(record))
+    table = tmp_path / "RESULTS.md"
+    assert results_table.main(["--results", str(results), "--table", str(table)]) == 0
+    bert, total = _table(table.read_text(), _title("zoo"))
+    passed = row["build"] == "ok" and row["correct"] and row["round_trip"]
+    assert bert["model"] == "bert" and bert["kernels"].startswith("pass" if passed else ("build", "correct", "round"))
+    assert total["kernels"] == f"{int(row['build'] == 'ok')} / {int(bool(row['correct']))} / " \
+                              f"{int(bool(row['round_trip']))} of 1"

@@ -16,6 +16,7 @@ import os
 import torch
 from torch import nn
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # a config, never a download
 
 SIZES = {
