@@ -717,7 +717,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="confirm-session rounds per batch size")
     parser.add_argument("--out", default=None, help="write the markdown table (and its JSON record beside it)")
     parser.add_argument("--list", action="store_true", help="print the models and backends, and stop")
+    parser.add_argument("--combine", nargs="+", metavar="JSON",
+                        help="make one table (written at --out) of the records of runs made in parts, and stop")
     args = parser.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.out)
     if args.list:
         for entry in MODELS.values():
             print(f"{entry.name:20} {entry.library:12} {entry.what}"
@@ -751,6 +755,23 @@ def main(argv=None) -> int:
     rows = run_zoo(models, [b for b in args.backends.split(",") if b], args.size, args.device, dtype, args.rounds,
                    progress)
     publish(markdown(rows), args.out, data(rows, True), benchmark="zoo")
+    return 0
+
+
+def combine(paths: list[str], out: str | None) -> int:
+    """One record of several parts' records (the same size, device and dtype; each part its own models)."""
+    from results_table import publish
+
+    parts = [json.loads(Path(p).read_text())["result"] for p in paths]
+    kinds = {(p["size"], p["device"], p["dtype"]) for p in parts}
+    if len(kinds) != 1:
+        raise SystemExit(f"error: the parts differ in size, device or dtype: {sorted(kinds)}")
+    rows = [row for part in parts for row in part["rows"]]
+    first = parts[0]
+    data = {"size": first["size"], "device": first["device"], "dtype": first["dtype"],
+            "complete": all(p["complete"] for p in parts), "rows": rows, "totals": totals(rows),
+            "versions": first["versions"], "parts": len(parts)}
+    publish(markdown(rows), out, data, benchmark="zoo")
     return 0
 
 
