@@ -1,8 +1,9 @@
 """A call's arguments bound by name to the module's forward, and the form of a call that a graph was made from.
 
 Users call a module with keywords, in any order (``model(attention_mask=m, input_ids=ids)``). ``bind``
-puts a call into one canonical form: forward's parameters in their order, positional where forward takes
-them so, defaults filled in, keyword-only and ``**kwargs`` ones by sorted name. Two calls that mean the same
+puts a call into one canonical form: the arguments given, by name in forward's order (positional only where
+forward takes them only so), ``**kwargs`` ones by sorted name; a parameter not given is left to forward's
+default, so a decorator that fills keywords itself (transformers' do) never sees one twice. Two calls that mean the same
 bind to the same (args, kwargs); a backend that numbers its graph inputs numbers the tensor leaves of that
 form.
 
@@ -58,12 +59,21 @@ def bind(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> tupl
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return tuple(args), dict(kwargs)
-    given = set(bound.arguments)
-    bound.apply_defaults()
-    for name, param in signature.parameters.items():   # a default that is no plain value stays out
-        if name not in given and param.default is not param.empty and not isinstance(param.default, PLAIN_TYPES):
-            del bound.arguments[name]
-    return tuple(bound.args), dict(sorted(bound.kwargs.items()))
+    params = signature.parameters
+    if any(p.kind is p.VAR_POSITIONAL and bound.arguments.get(n) for n, p in params.items()):
+        return tuple(bound.args), dict(bound.kwargs)   # extra positional items: Python's own split
+    positional, named, extra = [], {}, {}
+    for name, param in params.items():
+        if name not in bound.arguments:
+            continue   # not given: forward's own default, as in the user's call
+        value = bound.arguments[name]
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(value)
+        elif param.kind is param.VAR_KEYWORD:
+            extra = dict(sorted(value.items()))
+        elif param.kind is not param.VAR_POSITIONAL:
+            named[name] = value
+    return tuple(positional), {**named, **extra}
 
 
 def bound_samples(module: nn.Module, samples: SampleStore) -> SampleStore:

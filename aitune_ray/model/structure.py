@@ -112,7 +112,7 @@ class Structure:
     def __init__(self, spec: dict, classes: dict[str, type] | None = None):
         self.spec = spec
         self.classes = dict(classes or {})
-        self.text = json.dumps(spec)   # one string: two structures (and their plain values) are equal iff these are
+        self.text = json.dumps(spec, sort_keys=True)   # one string: two structures (and their plain values) are equal iff these are
         self.leaf_count = _count_leaves(spec)
 
     @classmethod
