@@ -537,6 +537,10 @@ def where_raised(exc: BaseException | None) -> str:
 #: Errors read once and traced to their cause: (a piece of the error, whose it is, why). A library may raise an
 #: error that this project's call provoked; these say so where the frame alone would blame the library.
 KNOWN = (
+    ("Must provide a tree_name when there might be a mismatch", "here",
+     "a non-tensor keyword that forward takes through **kwargs (transformers 5's return_dict) reaches torch.export "
+     "with dynamic shapes, which cannot mark a dict holding a bool; AOTInductor needs to export a tensors-only "
+     "wrapper, as the ONNX export does"),
     ("Detected mismatch between the structure of `inputs` and `dynamic_shapes`", "here",
      "torch_inductor_aot.batch_dynamic_shapes lists the keyword values in call order; torch.export matches "
      "dynamic_shapes to forward's signature, where a keyword that forward takes through **kwargs (transformers 5's "

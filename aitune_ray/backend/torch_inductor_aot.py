@@ -5,6 +5,8 @@ eagerly (backend.baked_call)."""
 
 from __future__ import annotations
 
+import inspect
+
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -30,8 +32,9 @@ class TorchInductorAotBackendConfig(BackendConfig):
     dynamic_batch: bool = True
 
 
-def batch_dynamic_shapes(args: tuple, kwargs: dict, batch_size: int, dim: Any) -> tuple:
-    """torch.export dynamic_shapes (positional, then keyword inputs) marking dim 0 of batch tensors."""
+def batch_dynamic_shapes(module: nn.Module, args: tuple, kwargs: dict, batch_size: int, dim: Any) -> dict:
+    """torch.export dynamic_shapes marking dim 0 of batch tensors, keyed as torch.export matches them: by
+    forward's parameter names, keywords that forward takes through ``**kwargs`` in one dict under its name."""
     def spec(t: torch.Tensor):
         return {0: dim} if t.dim() > 0 and t.shape[0] == batch_size else None
 
@@ -44,7 +47,21 @@ def batch_dynamic_shapes(args: tuple, kwargs: dict, batch_size: int, dim: Any) -
             return {k: walk(v) for k, v in obj.items()}
         return None
 
-    return tuple(walk(a) for a in args) + tuple(walk(v) for v in kwargs.values())
+    params = inspect.signature(module.forward).parameters
+    positional = [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional):   # extra positional items: torch.export's own positional form
+        return tuple(walk(a) for a in args) + tuple(walk(v) for v in kwargs.values())
+    shapes = {name: walk(a) for name, a in zip(positional, args)}
+    var_keyword = next((n for n, p in params.items() if p.kind is p.VAR_KEYWORD), None)
+    extra = {}
+    for key, value in kwargs.items():
+        if key in params and params[key].kind is not params[key].VAR_KEYWORD:
+            shapes[key] = walk(value)
+        else:
+            extra[key] = walk(value)
+    if extra and var_keyword is not None:
+        shapes[var_keyword] = extra
+    return shapes
 
 
 def export_program(module: nn.Module, samples: SampleStore, dynamic_batch: bool = True):
@@ -53,7 +70,7 @@ def export_program(module: nn.Module, samples: SampleStore, dynamic_batch: bool 
     sample = max(bound_samples(module, samples), key=lambda s: s.batch_size)
     dynamic = None
     if dynamic_batch and len(samples.batch_sizes()) > 1 and sample.batch_size > 1:
-        dynamic = batch_dynamic_shapes(sample.args, sample.kwargs, sample.batch_size, torch.export.Dim.AUTO)
+        dynamic = batch_dynamic_shapes(module, sample.args, sample.kwargs, sample.batch_size, torch.export.Dim.AUTO)
     return torch.export.export(module, tuple(sample.args), dict(sample.kwargs), dynamic_shapes=dynamic)
 
 
