@@ -248,18 +248,34 @@ def read_job_text(path: Path) -> str:
         raise ConfigError(f"job file {path} is not UTF-8 text (byte {exc.start})") from None
 
 
+#: How many nodes a job file may hold with its aliases expanded (a real job has a few hundred).
+MAX_EXPANDED_NODES = 100_000
+
+
 def parse_yaml(text: str, where: str) -> Any:
-    """YAML (or JSON) text as plain data. A syntax error, a key given twice or an alias (``*name``: nested
-    aliases expand exponentially, a few hundred bytes to billions of nodes) is a one-line ConfigError."""
+    """YAML (or JSON) text as plain data. A syntax error, a key given twice, or aliases (``*name``) that expand
+    to more than MAX_EXPANDED_NODES nodes (nested aliases grow exponentially: a few hundred bytes to billions
+    of nodes) is a one-line ConfigError; the expanded size is counted on the composed graph, never built."""
     import yaml
 
+    def expanded(node, sizes: dict) -> int:
+        if sizes.get(id(node), 1) is None:
+            raise ConfigError(f"{where}: a YAML alias (*name) inside the value it names (line "
+                              f"{node.start_mark.line + 1}) never ends; write the value out")
+        if id(node) not in sizes:
+            sizes[id(node)] = None   # being counted: met again below it, the alias is recursive
+            children = node.value if isinstance(node.value, list) else []
+            flat = [c for pair in children for c in (pair if isinstance(pair, tuple) else (pair,))]
+            sizes[id(node)] = min(MAX_EXPANDED_NODES + 1, 1 + sum(expanded(c, sizes) for c in flat))
+        return sizes[id(node)]
+
     class Loader(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise ConfigError(f"YAML aliases (*name) are not accepted in a job file; write the value out "
-                                  f"({where}, line {mark.line + 1})")
-            return super().compose_node(parent, index)
+        def compose_document(self):
+            node = super().compose_document()
+            if node is not None and expanded(node, {}) > MAX_EXPANDED_NODES:
+                raise ConfigError(f"{where}: its YAML aliases (*name) expand to more than {MAX_EXPANDED_NODES} "
+                                  "values; write the values out")
+            return node
 
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
         seen = set()
