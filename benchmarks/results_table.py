@@ -324,7 +324,8 @@ QUESTIONS = (
      resume_rows),
     ("zoo", "Which real models tune end to end, on which backends? (pass: built, correct in type and every "
      "tensor, and equal after ait.save + ait.load into a fresh model; failures: library = the backend's own "
-     "library raised it, here = this project)", "python benchmarks/zoo.py --out OUT/zoo.md", zoo_rows),
+     "library raised it, here = this project; the speedup is the tuner's short confirm session, not a user's loop: "
+     "a pass/fail table, not a speed claim)", "python benchmarks/zoo.py --out OUT/zoo.md", zoo_rows),
 )
 
 
