@@ -14,9 +14,13 @@ deployed whenever it builds correctly, so that the rest can be checked); ait.tun
 - build: ok, or its status and its error in one line;
 - correct: the tuned module's output on a fresh batch against eager's, every tensor of the output structure
   (relative L2 error within the backend's tolerance) and the output's type (a ModelOutput stays one);
-- round trip: ait.save, then ait.load into a freshly built model (same seed), whose outputs equal the tuned
-  module's;
+- round trip: ait.save, then ait.load into a freshly built model (same seed), whose outputs pass the same check
+  against eager as the tuned module's (a backend that compiles again at load, Inductor's JIT on a GPU say, may
+  pick other kernels: equal within the backend's tolerance, not bit for bit);
 - speedup: the confirm session's median speedup over the recorded calls (a few rounds: information only).
+Each (model, backend) runs in a child process of its own (--isolate, the default), so that a crash (a
+segmentation fault in a compiled library, say) is a row of the table with the Python stack faulthandler printed,
+not the end of the run.
 Every failure is classified: "library" where the backend's own library raised it (its error is quoted), "here"
 where this project's code did, or a wrong result it returned. The JSON (--out X.md writes X.json beside it) is a
 record for benchmarks/results_table.py (benchmarks/README.md).
@@ -616,7 +620,7 @@ def run_one(entry: ZooModel, backend: str, size: str = "tiny", device: str = "cp
         if not row["correct"]:
             row.update(error=_one_line(why), failure="here", where="the tuned module's output")
             return row
-        row["round_trip"], why = round_trip(entry, wrapped, check, tuned, size, dtype, device, workdir)
+        row["round_trip"], why = round_trip(entry, wrapped, check, eager, tolerance, size, dtype, device, workdir)
         if not row["round_trip"]:
             row.update(error=_one_line(why), failure="here" if "library:" not in why else "library")
     except Exception as exc:  # noqa: BLE001 - a row of the table, never the end of the zoo
@@ -631,9 +635,10 @@ def run_one(entry: ZooModel, backend: str, size: str = "tiny", device: str = "cp
     return row
 
 
-def round_trip(entry: ZooModel, wrapped, check: dict, tuned, size: str, dtype, device: str,
-               workdir: Path) -> tuple[bool, str]:
-    """ait.save, ait.load into a freshly built model (same seed): (its outputs equal the tuned ones, why not)."""
+def round_trip(entry: ZooModel, wrapped, check: dict, eager, tolerance: float | None, size: str, dtype,
+               device: str, workdir: Path) -> tuple[bool, str]:
+    """ait.save, ait.load into a freshly built model (same seed): (its outputs pass the check against eager's
+    that the tuned ones passed, why not)."""
     path = workdir / f"{entry.name}.ait"
     try:
         ait.save(wrapped, path)
@@ -648,14 +653,49 @@ def round_trip(entry: ZooModel, wrapped, check: dict, tuned, size: str, dtype, d
         where = where_raised(exc)
         kind = "library: " if classify(where, str(exc)) == "library" else ""
         return False, f"{kind}{type(exc).__name__}: {exc} (at {where})"
-    passed, why, _ = check_outputs(again, tuned, 1e-6)
+    passed, why, _ = check_outputs(again, eager, tolerance)
     return passed, (f"after load: {why}" if why else "")
 
 
 # ----- the whole zoo ----------------------------------------------------------------------------------------------
 
+def run_isolated(entry: ZooModel, backend: str, size: str, device: str, dtype: torch.dtype, rounds: int,
+                 timeout_s: float) -> dict:
+    """run_one in a child process (python -X faulthandler this file --one ...): its row, or a row saying how the
+    child died, with the end of the Python stack faulthandler printed."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="zoo-one-") as tmp:
+        out = Path(tmp) / "row.json"
+        command = [sys.executable, "-X", "faulthandler", __file__, "--one", entry.name, backend, str(out),
+                   "--size", size, "--device", device, "--dtype", str(dtype).removeprefix("torch."),
+                   "--rounds", str(rounds)]
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+            code, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired as exc:
+            code, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) \
+                else (exc.stderr or "")
+        if code == 0 and out.exists():
+            return json.loads(out.read_text())
+    how = f"timed out after {timeout_s:.0f} s" if code is None else (
+        f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+    stack = [line.strip() for line in stderr.splitlines() if line.strip().startswith("File ")]
+    where = ""
+    if stack:   # faulthandler lists the innermost frame first
+        where = stack[0].split('"')[1].split("site-packages/")[-1] + ":" + stack[0].split("line ")[-1].split()[0]
+    error = f"the run's process died: {how}" + (f" in {stack[0]}" if stack else "")
+    return {"model": entry.name, "library": entry.library, "what": entry.what, "backend": backend,
+            "build": "crashed", "error": _one_line(error), "where": where, "failure": classify(where, error),
+            "correct": None, "correct_error": None, "round_trip": None, "speedup": None, "decision": "",
+            "seconds": round(time.perf_counter() - started, 1), "cause": "",
+            "stack": [_one_line(line, 200) for line in stack[:12]]}
+
+
 def run_zoo(models, backends, size: str = "tiny", device: str = "cpu", dtype: torch.dtype = torch.float32,
-            rounds: int = 5, progress: Callable[[dict], None] | None = None) -> list[dict]:
+            rounds: int = 5, progress: Callable[[dict], None] | None = None, isolate: bool = False,
+            timeout_s: float = 900.0) -> list[dict]:
     """A row per (model, backend) of models x backends; a model whose library is unusable here gets one row."""
     rows = []
     for name in models:
@@ -669,7 +709,10 @@ def run_zoo(models, backends, size: str = "tiny", device: str = "cpu", dtype: to
             continue
         for backend in backends_for(entry, backends):
             logger.info("zoo: %s on %s", entry.name, backend)
-            rows.append(run_one(entry, backend, size, device, dtype, rounds))
+            if isolate:
+                rows.append(run_isolated(entry, backend, size, device, dtype, rounds, timeout_s))
+            else:
+                rows.append(run_one(entry, backend, size, device, dtype, rounds))
             if progress:
                 progress(rows[-1])
     return rows
@@ -721,11 +764,21 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="confirm-session rounds per batch size")
     parser.add_argument("--out", default=None, help="write the markdown table (and its JSON record beside it)")
     parser.add_argument("--list", action="store_true", help="print the models and backends, and stop")
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                        help="each (model, backend) in a child process of its own (default: on)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one (model, backend) may take")
+    parser.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "ROW_JSON"), help=argparse.SUPPRESS)
     parser.add_argument("--combine", nargs="+", metavar="JSON",
                         help="make one table (written at --out) of the records of runs made in parts, and stop")
     args = parser.parse_args(argv)
     if args.combine:
         return combine(args.combine, args.out)
+    if args.one:   # a child of run_isolated: one row, written as JSON
+        logging.basicConfig(level=logging.ERROR)
+        name, backend, out = args.one
+        row = run_one(MODELS[name], backend, args.size, args.device, getattr(torch, args.dtype), args.rounds)
+        Path(out).write_text(json.dumps(row, default=str))
+        return 0
     if args.list:
         for entry in MODELS.values():
             print(f"{entry.name:20} {entry.library:12} {entry.what}"
@@ -757,7 +810,7 @@ def main(argv=None) -> int:
             path.write_text(json.dumps(record_of(data(done, False), "zoo"), indent=1, default=str) + "\n")
 
     rows = run_zoo(models, [b for b in args.backends.split(",") if b], args.size, args.device, dtype, args.rounds,
-                   progress)
+                   progress, isolate=args.isolate, timeout_s=args.timeout)
     publish(markdown(rows), args.out, data(rows, True), benchmark="zoo")
     return 0
 
