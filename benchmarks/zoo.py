@@ -484,6 +484,19 @@ LIBRARY_FRAMES = ("torch/_dynamo", "torch/_inductor", "torch/export", "torch/_ex
                   "torch/_higher_order_ops", "torch/_library", "torch/_ops.py", "torch/_prims")
 
 
+def backend_problem(backend: str, device: str) -> str | None:
+    """Why the backend cannot run on device here (its library's build lacks the device), or None."""
+    if backend == "onnx" and device.startswith("cuda"):
+        try:
+            import onnxruntime
+        except Exception as exc:  # noqa: BLE001 - any failure to import makes it unavailable
+            return f"onnxruntime does not import: {type(exc).__name__}: {exc}"[:300]
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            return (f"this onnxruntime {onnxruntime.__version__} has no CUDAExecutionProvider "
+                    f"({', '.join(onnxruntime.get_available_providers())}): the onnx-gpu extra brings one")
+    return None
+
+
 def backends_for(entry: ZooModel, names) -> list[str]:
     """The backends of names that apply to the model: kernel selection only where it has attention."""
     return [n for n in names if n != "kernels" or entry.attention]
@@ -669,28 +682,48 @@ def run_isolated(entry: ZooModel, backend: str, size: str, device: str, dtype: t
         out = Path(tmp) / "row.json"
         command = [sys.executable, "-X", "faulthandler", __file__, "--one", entry.name, backend, str(out),
                    "--size", size, "--device", device, "--dtype", str(dtype).removeprefix("torch."),
-                   "--rounds", str(rounds)]
+                   "--rounds", str(rounds), "--timeout", str(timeout_s)]
+        err = Path(tmp) / "stderr.txt"
         started = time.perf_counter()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-            code, stderr = done.returncode, done.stderr
-        except subprocess.TimeoutExpired as exc:
-            code, stderr = None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) \
-                else (exc.stderr or "")
+        with open(err, "wb") as stderr_file:
+            try:
+                code = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=stderr_file,
+                                      timeout=timeout_s).returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        stderr = err.read_text(errors="replace")
         if code == 0 and out.exists():
             return json.loads(out.read_text())
-    how = f"timed out after {timeout_s:.0f} s" if code is None else (
+    how = f"timed out after {timeout_s:.0f} s" if code is None or "Timeout (" in stderr else (
         f"killed by signal {-code}" if code < 0 else f"exit status {code}")
-    stack = [line.strip() for line in stderr.splitlines() if line.strip().startswith("File ")]
+    stack = crashed_stack(stderr)
     where = ""
     if stack:   # faulthandler lists the innermost frame first
         where = stack[0].split('"')[1].split("site-packages/")[-1] + ":" + stack[0].split("line ")[-1].split()[0]
-    error = f"the run's process died: {how}" + (f" in {stack[0]}" if stack else "")
+    ours = next((line for line in stack if "aitune_ray/" in line), "")
+    error = f"the run's process died: {how}" + (f" in {stack[0]}" if stack else "") + (f", under {ours}" if ours else "")
     return {"model": entry.name, "library": entry.library, "what": entry.what, "backend": backend,
             "build": "crashed", "error": _one_line(error), "where": where, "failure": classify(where, error),
             "correct": None, "correct_error": None, "round_trip": None, "speedup": None, "decision": "",
             "seconds": round(time.perf_counter() - started, 1), "cause": "",
-            "stack": [_one_line(line, 200) for line in stack[:12]]}
+            "stack": [_one_line(line, 200) for line in stack[:40]]}
+
+
+def crashed_stack(stderr: str) -> list[str]:
+    """The frames of the thread that crashed (or was running at the timeout), innermost first, from what
+    faulthandler printed: its "Current thread" block, else every frame it printed."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), None)
+    if start is None:   # a timeout's dump: the first thread listed
+        start = next((i for i, line in enumerate(lines) if line.startswith("Thread 0x")), None)
+    if start is None:
+        return [line for line in lines if line.startswith("File ")]
+    block = []
+    for line in lines[start + 1:]:
+        if not line.startswith("File "):
+            break
+        block.append(line)
+    return block
 
 
 def run_zoo(models, backends, size: str = "tiny", device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -709,7 +742,10 @@ def run_zoo(models, backends, size: str = "tiny", device: str = "cpu", dtype: to
             continue
         for backend in backends_for(entry, backends):
             logger.info("zoo: %s on %s", entry.name, backend)
-            if isolate:
+            if (problem := backend_problem(backend, device)):
+                rows.append({"model": entry.name, "library": entry.library, "what": entry.what, "backend": backend,
+                             "build": "unavailable", "error": _one_line(problem), "failure": "library"})
+            elif isolate:
                 rows.append(run_isolated(entry, backend, size, device, dtype, rounds, timeout_s))
             else:
                 rows.append(run_one(entry, backend, size, device, dtype, rounds))
@@ -776,6 +812,9 @@ def main(argv=None) -> int:
     if args.one:   # a child of run_isolated: one row, written as JSON
         logging.basicConfig(level=logging.ERROR)
         name, backend, out = args.one
+        import faulthandler
+
+        faulthandler.dump_traceback_later(max(args.timeout - 20, 1), exit=True)   # where a stuck run was
         row = run_one(MODELS[name], backend, args.size, args.device, getattr(torch, args.dtype), args.rounds)
         Path(out).write_text(json.dumps(row, default=str))
         return 0
