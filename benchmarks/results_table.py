@@ -266,6 +266,9 @@ def zoo_rows(result: dict) -> list[dict]:
     rows: dict[str, dict] = {}
     for r in rows_in:
         row = rows.setdefault(r["model"], {"model": r["model"], "library": r.get("library", "")})
+        if r.get("build") == "unavailable" and r.get("backend") not in (None, "-"):   # this backend only
+            row[r["backend"]] = "unavailable: " + r.get("error", "")[:90]
+            continue
         if r.get("build") == "unavailable":
             row.update({b: "-" for b in backends})
             row["unavailable"] = r.get("error", "")[:120]

@@ -710,20 +710,24 @@ def run_isolated(entry: ZooModel, backend: str, size: str, device: str, dtype: t
 
 
 def crashed_stack(stderr: str) -> list[str]:
-    """The frames of the thread that crashed (or was running at the timeout), innermost first, from what
-    faulthandler printed: its "Current thread" block, else every frame it printed."""
-    lines = [line.strip() for line in stderr.splitlines()]
-    start = next((i for i, line in enumerate(lines) if line.startswith("Current thread")), None)
-    if start is None:   # a timeout's dump: the first thread listed
-        start = next((i for i, line in enumerate(lines) if line.startswith("Thread 0x")), None)
-    if start is None:
-        return [line for line in lines if line.startswith("File ")]
-    block = []
-    for line in lines[start + 1:]:
-        if not line.startswith("File "):
-            break
-        block.append(line)
-    return block
+    """The frames of the run's own thread (the one whose stack passes through this file), innermost first, from
+    what faulthandler printed at a crash or a timeout; else those of the thread it names current; else every
+    frame it printed."""
+    blocks, block = [], None
+    for line in (line.strip() for line in stderr.splitlines()):
+        if line.startswith(("Current thread", "Thread 0x")):
+            block = [line]
+            blocks.append(block)
+        elif block is not None and line.startswith("File "):
+            block.append(line)
+        else:
+            block = None
+    ours = [b for b in blocks if any("zoo.py" in line for line in b[1:])]
+    current = [b for b in blocks if b[0].startswith("Current thread")]
+    chosen = (ours or current or [None])[0]
+    if chosen is None:
+        return [line for line in stderr.splitlines() if line.strip().startswith("File ")]
+    return chosen[1:]
 
 
 def run_zoo(models, backends, size: str = "tiny", device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -764,8 +768,11 @@ def totals(rows: list[dict]) -> dict:
                 "round_trip": sum(bool(r.get("round_trip")) for r in rs),
                 "failures_library": sum(r.get("failure") == "library" for r in rs),
                 "failures_here": sum(r.get("failure") == "here" for r in rs)}
-    return {"models": len({r["model"] for r in rows}), "unavailable": sorted({r["model"] for r in rows
-                                                                             if r["build"] == "unavailable"}),
+    return {"models": len({r["model"] for r in rows}),
+            "unavailable": sorted({r["model"] for r in rows if r["build"] == "unavailable" and r["backend"] == "-"}),
+            "unavailable_backends": sorted({f"{r['model']} on {r['backend']}" for r in rows
+                                            if r["build"] == "unavailable" and r["backend"] != "-"}),
+            "failures_unknown": sum(r.get("failure") == "unknown" for r in runs),
             **count(runs), "by_backend": {b: count([r for r in runs if r["backend"] == b])
                                            for b in dict.fromkeys(r["backend"] for r in runs)}}
 

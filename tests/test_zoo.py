@@ -96,3 +96,31 @@ def test_an_error_traced_to_this_project_is_classified_here_wherever_it_was_rais
              "`inputs[2]` is a <class 'dict'>")
     assert zoo.classify("torch/export/dynamic_shapes.py:668", error) == "here"
     assert "batch_dynamic_shapes" in zoo.known(error)[1]
+
+
+#: What faulthandler prints when a run is stopped at its limit: a compile worker's thread first, the run's own
+#: thread (the one through zoo.py) after it.
+_TIMEOUT_DUMP = """Timeout (0:01:10)!
+Thread 0x00007f01 (most recent call first):
+  File "/site-packages/torch/_inductor/compile_worker/timer.py", line 43 in check
+  File "/usr/lib/python3.12/threading.py", line 1010 in run
+
+Thread 0x00007f02 (most recent call first):
+  File "/site-packages/torch/_inductor/codecache.py", line 900 in load
+  File "/repo/aitune_ray/backend/torch_inductor_aot.py", line 120 in build
+  File "/repo/benchmarks/zoo.py", line 800 in run_one
+"""
+
+
+def test_a_crashed_runs_stack_is_the_runs_own_thread():
+    stack = zoo.crashed_stack(_TIMEOUT_DUMP)
+    assert stack[0].startswith('File "/site-packages/torch/_inductor/codecache.py"')
+    assert any("aitune_ray/backend/torch_inductor_aot.py" in line for line in stack)
+    assert not any("timer.py" in line for line in stack)
+
+
+def test_a_segfaults_stack_is_the_current_thread_without_the_runs_frames():
+    dump = ("Fatal Python error: Segmentation fault\n\nThread 0x01 (most recent call first):\n"
+            '  File "/x/tqdm/_monitor.py", line 69 in run\n\nCurrent thread 0x02 (most recent call first):\n'
+            '  File "/x/torch/_inductor/cpp_builder.py", line 5 in run\n\nExtension modules: torch\n')
+    assert zoo.crashed_stack(dump) == ['File "/x/torch/_inductor/cpp_builder.py", line 5 in run']
