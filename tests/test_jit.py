@@ -269,3 +269,21 @@ def test_the_autowrapt_entry_point_names_the_enabling_function():
 
     enable.wrapt_auto_enable(None)
     assert torch.nn.Module.__call__ is not Patcher.original_call and Patcher.original_init is not None
+
+
+def test_a_damaged_cached_checkpoint_is_a_miss_and_the_module_is_tuned_again():
+    jit_config.blocking = True
+    Patcher.patch_torch()
+    x = torch.randn(4, 3)
+    Affine()(x)
+    (saved,) = jit_config.cache_dir.glob("*/module.ait")
+    data = bytearray(saved.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    saved.write_bytes(bytes(data))
+
+    jit_reset()
+    Patcher.patch_torch()
+    COUNTS.update(build=0, infer=0, load=0)
+    model = Affine()
+    torch.testing.assert_close(model(x), x * model.weight + model.bias)
+    assert COUNTS["load"] == 0 and Patcher.tuner.builds == 1 and tracked(model).state is ModuleState.TUNED
