@@ -287,3 +287,17 @@ def test_a_damaged_cached_checkpoint_is_a_miss_and_the_module_is_tuned_again():
     model = Affine()
     torch.testing.assert_close(model(x), x * model.weight + model.bias)
     assert COUNTS["load"] == 0 and Patcher.tuner.builds == 1 and tracked(model).state is ModuleState.TUNED
+
+
+def test_a_backend_that_calls_the_module_itself_reaches_its_forward():
+    """TorchEagerBackend (as Inductor's compiled module) calls the tuned module: that call runs as written."""
+    jit_config.blocking = True
+    strategy = ait.OneBackendStrategy(ait.backend.TorchEagerBackend(), measure_config=FAST_MEASURE)
+    jit_config.strategy = strategy.enable_performance_validation(False)
+    Patcher.patch_torch()
+    model = Affine()
+    x = torch.randn(4, 3)
+    model(x)
+    calls = model.calls
+    torch.testing.assert_close(model(x), x * model.weight + model.bias)
+    assert tracked(model).state is ModuleState.TUNED and model.calls == calls + 1

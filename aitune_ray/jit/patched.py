@@ -72,7 +72,7 @@ class PatchedModule:
         self.call_count += 1
         state = self.state
         if state is ModuleState.TUNED:
-            return self.backend.infer(*args, **kwargs)
+            return self._on_backend(args, kwargs)
         if state is ModuleState.INIT:
             return self._first_call(args, kwargs)
         if state is ModuleState.RECORDING and not self.frozen:
@@ -91,6 +91,17 @@ class PatchedModule:
             return self.__wrapped__(*args, **kwargs)
         finally:
             below.pop()
+            inner.discard(me)
+
+    def _on_backend(self, args: tuple, kwargs: dict) -> Any:
+        """The chosen backend's call; a backend that calls the module itself (eager, Inductor) reaches its own
+        forward."""
+        me = id(self.__wrapped__)
+        inner = registry.inside()
+        inner.add(me)
+        try:
+            return self.backend.infer(*args, **kwargs)
+        finally:
             inner.discard(me)
 
     def _first_call(self, args: tuple, kwargs: dict) -> Any:
