@@ -126,17 +126,21 @@ class Tuner:
         if report.failures:
             return ModuleState.EAGER, None, f"failed: {report.failures.get(wrapper.name, '')}"
         cache.store(fingerprint, wrapper, signatures, EAGER)
-        return ModuleState.EAGER, None, "no better tuned version"
+        return ModuleState.EAGER, None, _why_eager(wrapper)
 
     def start_from_cache(self, module: PatchedModule, args: tuple, kwargs: dict) -> bool:
         """On a module's first call: when the cache holds its decision for calls like this one, post it."""
         if config.cache_dir is None or config.dry_run:
             return False
-        device = self.device_for(module)
-        fingerprint = module_fingerprint(module.__wrapped__, device)
-        cache = DecisionCache(config.cache_dir, config.allow_native_code)
-        with registry.bypass():
-            cached = self._cached(cache, fingerprint, [call_signature(args, kwargs)], None, module)
+        try:
+            device = self.device_for(module)
+            fingerprint = module_fingerprint(module.__wrapped__, device)
+            cache = DecisionCache(config.cache_dir, config.allow_native_code)
+            with registry.bypass():
+                cached = self._cached(cache, fingerprint, [call_signature(args, kwargs)], None, module)
+        except Exception as exc:  # noqa: BLE001 - the program's call goes on; the module is recorded instead
+            logger.warning("JIT cache: %s not looked up (%s: %s)", module.fq_name, type(exc).__name__, exc)
+            return False
         if cached is None:
             return False
         module.post(*cached)
@@ -191,6 +195,15 @@ def _default_executor(device: torch.device, requested: str | None):
     from aitune_ray.cluster import RayExecutor
 
     return RayExecutor()
+
+
+def _why_eager(wrapper) -> str:
+    """The report's one-line answer (why eager is kept), or AITune's words where there is no report."""
+    if wrapper.report is None:
+        return "no better tuned version"
+    from aitune_ray.report.answer import answer
+
+    return answer(wrapper.report)
 
 
 def graph_breaks(module: torch.nn.Module, sample) -> int:
