@@ -34,19 +34,46 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def make_model(device: str):
+MODELS = {"bert": "BertModel(hidden 128, 4 layers), batch 8 x 64 tokens",
+          "mlp": "48 x (Linear(64, 64), relu), batch 4: bound by the per-layer cost of eager calls"}
+
+
+def _deep_mlp_class():
     import torch
-    from transformers import BertConfig, BertModel
+
+    class DeepMLP(torch.nn.Module):
+        """48 Linear(64, 64) + ReLU layers (a class of its own: the JIT mode never tracks containers)."""
+
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(48))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return x
+
+    return DeepMLP
+
+
+def make_model(device: str, name: str = "bert"):
+    import torch
 
     torch.manual_seed(0)
+    if name == "mlp":
+        return _deep_mlp_class()().eval().to(device)
+    from transformers import BertConfig, BertModel
+
     config = BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256,
                         vocab_size=1000, max_position_embeddings=128)
     return BertModel(config).eval().to(device)
 
 
-def make_inputs(device: str) -> dict:
+def make_inputs(device: str, name: str = "bert") -> dict:
     import torch
 
+    if name == "mlp":
+        return {"x": torch.randn(4, 64, generator=torch.Generator().manual_seed(0)).to(device)}
     return {"input_ids": torch.randint(0, 1000, (8, 64), generator=torch.Generator().manual_seed(0)).to(device),
             "attention_mask": torch.ones(8, 64, dtype=torch.long, device=device)}
 
@@ -101,8 +128,8 @@ def measure(args) -> dict:
 
     device = args.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    inputs = make_inputs(device)
-    eager = make_model(device)                  # made before JIT tuning is enabled: plain torch
+    inputs = make_inputs(device, args.model)
+    eager = make_model(device, args.model)                # made before JIT tuning is enabled: plain torch
 
     import aitune_ray.jit.enable  # noqa: F401
     import aitune_ray as ait
@@ -114,11 +141,11 @@ def measure(args) -> dict:
     jit_config.cache_dir = tempfile.mkdtemp(prefix="jit-throughput-")   # fresh: the run tunes
 
     jit_config.dry_run = True                   # the measuring overhead alone: tracked, recorded, not built
-    tracked = make_model(device)
+    tracked = make_model(device, args.model)
     overhead = paired_loop(eager, tracked, inputs, args.overhead_seconds, sync, min_pairs=args.overhead_pairs)
 
     jit_config.dry_run = False
-    jit = make_model(device)
+    jit = make_model(device, args.model)
     with torch.no_grad():
         jit(**inputs)                           # its first call: recorded; tuning starts beside the program
     head = next(h for h in registry.heads if h.__wrapped__ is jit)
@@ -127,7 +154,7 @@ def measure(args) -> dict:
     before, after = (pairs[:switch], pairs[switch:]) if switch is not None else (pairs, [])
     return {
         "config": {"device": device, "seconds": args.seconds, "overhead_seconds": args.overhead_seconds,
-                   "window": args.window, "model": "BertModel(hidden 128, 4 layers), batch 8 x 64 tokens",
+                   "window": args.window, "model": MODELS[args.model],
                    "backend": backend.describe(), "torch_threads": torch.get_num_threads()},
         "eager_median_call_s": round(statistics.median(p["eager"] for p in pairs), 6),
         "overhead_jit_over_eager": ratio(overhead[1:]),
@@ -165,6 +192,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", choices=sorted(MODELS), default="bert")
     parser.add_argument("--seconds", type=float, default=60.0, help="the JIT run's length")
     parser.add_argument("--overhead-seconds", type=float, default=10.0, help="the dry run's length")
     parser.add_argument("--overhead-pairs", type=int, default=200, help="the dry run's least number of pairs")

@@ -301,3 +301,19 @@ def test_a_backend_that_calls_the_module_itself_reaches_its_forward():
     calls = model.calls
     torch.testing.assert_close(model(x), x * model.weight + model.bias)
     assert tracked(model).state is ModuleState.TUNED and model.calls == calls + 1
+
+
+def test_patch_for_jit_tuning_tracks_the_modules_made_inside_and_disable_stops_tracking():
+    from aitune_ray.jit.patcher import patch_for_jit_tuning
+
+    made = patch_for_jit_tuning(lambda: Affine())()
+    after = Affine()
+    assert [m.__wrapped__ for m in registry.modules] == [made]
+    Patcher.patch_torch()
+    import importlib
+    import sys
+
+    sys.modules.pop("aitune_ray.jit.disable", None)
+    importlib.import_module("aitune_ray.jit.disable")
+    later = Affine()
+    assert all(m.__wrapped__ not in (after, later) for m in registry.modules)
