@@ -112,6 +112,9 @@ def jit(tmp_path):
     COUNTS.update(build=0, infer=0, load=0)
     BUILD_THREADS.clear()
     yield jit_config
+    EVENTS["release"].set()   # a build a failed test left waiting finishes
+    if Patcher.tuner is not None:
+        assert Patcher.tuner.wait(WAIT_S)
     jit_reset()
     jit_config.reset_to_defaults()
 
