@@ -4,8 +4,10 @@ Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
 from aitune_ray import backend, tune_strategy
-from aitune_ray.api.absent import (PatchedModule, aitune_cache_dir, config, jit_config, patch_for_jit_tuning,
-                                   snapshot_tuning_data)
+from aitune_ray.api.absent import aitune_cache_dir, config, snapshot_tuning_data
+from aitune_ray.jit.config import jit_config
+from aitune_ray.jit.patched import PatchedModule
+from aitune_ray.jit.patcher import patch_for_jit_tuning
 from aitune_ray.checkpoint.storage import LocalTorchStorage
 from aitune_ray.model.dataloader import DataLoaderFactory
 from aitune_ray.model.dynamic_shapes import BatchDim, DynamicDim

@@ -258,6 +258,18 @@ def resume_rows(result: dict) -> list[dict]:
              "same decision": "yes" if result["same_decision"] else "NO"}]
 
 
+def jit_throughput_rows(result: dict) -> list[dict]:
+    """jit_throughput.py: the measuring overhead, the verdict and when it came, the pace before and after it
+    (medians of jit / eager over calls made in pairs)."""
+    switch = result.get("switch")
+    return [{"model": result["config"]["model"], "backend": result["config"]["backend"],
+             "overhead jit / eager": result["overhead_jit_over_eager"],
+             "verdict": f"{result['verdict']['state']} ({result['verdict']['info']})"[:120],
+             "switch": "none" if switch is None else f"{switch['seconds']} s (call {switch['module_call']})",
+             "before jit / eager": result["before_switch_jit_over_eager"],
+             "after jit / eager": result["after_switch_jit_over_eager"]}]
+
+
 def zoo_rows(result: dict) -> list[dict]:
     """zoo.py: a row per model, a cell per backend (build, correct, round trip, speedup; or the failure, whose
     and what), then the totals per backend (passes of runs)."""
@@ -325,6 +337,8 @@ QUESTIONS = (
      "python benchmarks/memory.py --cycles 12 [--contain] --out OUT/driver.md", driver_memory_rows),
     ("resume", "What does a killed job cost once resumed?", "python benchmarks/resume.py --out OUT/resume.md",
      resume_rows),
+    ("jit_throughput", "Does a program keep its pace while it is tuned just in time, and when does it switch?",
+     "python benchmarks/jit_throughput.py --model mlp --out OUT", jit_throughput_rows),
     ("zoo", "Which real models tune end to end, on which backends? (pass: built, correct in type and every "
      "tensor, and equal after ait.save + ait.load into a fresh model; failures: library = the backend's own "
      "library raised it, here = this project; the speedup is the tuner's short confirm session, not a user's loop: "

@@ -10,18 +10,13 @@ from typing import Any
 
 from aitune_ray.errors import ConfigError
 
-AHEAD_OF_TIME = ("tuning here is ahead of time: wrap the modules with aitune_ray.Module(...), call "
-                 "aitune_ray.tune(func, dataset) on real inputs, then aitune_ray.save / aitune_ray.load")
 REPORT = ("tune() returns a TuningReport: every candidate's timings at every recorded batch size, its "
           "correctness error and the decision (report.markdown(), report.to_dict())")
 NO_CONFIG = ("there is no global configuration: options are arguments of the strategies, the backend configs, "
-             "tune() and the executor; nothing is cached between runs")
+             "tune() and the executor (the JIT mode has its own: aitune_ray.jit_config)")
 
 INSTEAD = {
     "snapshot_tuning_data": REPORT,
-    "patch_for_jit_tuning": AHEAD_OF_TIME,
-    "PatchedModule": AHEAD_OF_TIME,
-    "jit_config": NO_CONFIG,
     "config": NO_CONFIG,
     "aitune_cache_dir": NO_CONFIG,
 }
@@ -38,13 +33,6 @@ def _function(name: str):
     refused.__name__ = refused.__qualname__ = name
     refused.__doc__ = f"Not available here: {INSTEAD[name]}."
     return refused
-
-
-def _class(name: str) -> type:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise refusal(name)
-
-    return type(name, (), {"__init__": __init__, "__doc__": f"Not available here: {INSTEAD[name]}."})
 
 
 class _NoConfig:
@@ -66,8 +54,5 @@ class _NoConfig:
 
 
 snapshot_tuning_data = _function("snapshot_tuning_data")
-patch_for_jit_tuning = _function("patch_for_jit_tuning")
 aitune_cache_dir = _function("aitune_cache_dir")
-PatchedModule = _class("PatchedModule")
 config = _NoConfig("config")
-jit_config = _NoConfig("jit_config")
