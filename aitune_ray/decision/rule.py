@@ -39,6 +39,17 @@ class Rule:
     alpha: float = 0.05
     enabled: bool = True
 
+    def settings(self) -> dict:
+        """The rule's three settings, as plain data (a spec carries them to the kernel forge)."""
+        return {"min_speedup_ratio": self.min_speedup_ratio, "noise_tolerance": self.noise_tolerance,
+                "alpha": self.alpha}
+
+    @classmethod
+    def from_settings(cls, data: dict | None) -> "Rule":
+        """The rule of settings() (None or {}: the defaults); always enabled."""
+        data = dict(data or {})
+        return cls(**{k: float(data[k]) for k in ("min_speedup_ratio", "noise_tolerance", "alpha") if k in data})
+
     def confidence(self, judged: int) -> float:
         """The two-sided confidence of every interval of a session that judges this many candidates."""
         return 1.0 - self.alpha / max(1, judged)

@@ -135,7 +135,8 @@ class TuneStrategy(ABC):
         return Rule(self.min_speedup_ratio, self.noise_tolerance, self.alpha, self.performance_validation)
 
     def jobs(self) -> list[CandidateJob]:
-        return [CandidateJob(key=b.key(), spec=b.spec(), tolerance=self._tolerance_for(b),
+        rule = self.rule()
+        return [CandidateJob(key=b.key(), spec=type(b).with_rule(b.spec(), rule), tolerance=self._tolerance_for(b),
                              measure=self.measure_config.to_dict(), priority=i, screen_rounds=SCREEN_ROUNDS)
                 for i, b in enumerate(self.backends)]
 
