@@ -17,7 +17,7 @@ from aitune_ray.report import render_run_file, spans, write_reports
 from aitune_ray.report.events import EventRecorder, actor_row
 from aitune_ray.report.candidates import details, summary_table
 from aitune_ray.report.tables import module_report, plan_tables
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 from tests.report_helpers import REPO, run_quick_job
 
 

@@ -17,7 +17,7 @@ from aitune_ray.measure.timing import MeasureConfig, summary
 from aitune_ray.model.max_batch import check_limit
 from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.tune_strategy.defaults import default_backends
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode, speedup_ratio, validation_mode
 
 logger = logging.getLogger(__name__)
