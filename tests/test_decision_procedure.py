@@ -178,9 +178,40 @@ def test_the_strategys_rule_reaches_the_kernel_forge():
     assert Backend.from_spec(spec).rule.settings() == settings               # a build that plans itself
     assert KernelSelectorBackend.plan_key(spec) != KernelSelectorBackend.plan_key(
         MaxThroughputStrategy([KernelSelectorBackend()]).jobs()[0].spec)     # another rule, another plan
+    from aitune_ray.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="alpha"):                          # a spec's rule is data: checked
+        Backend.from_spec({**spec, "rule": {"alpha": "0.1"}})
     optimizer = KernelSelectorBackend.planner(spec, runner=None).optimizer
     assert optimizer.rule.settings() == settings                             # the executor's planner
     truth = SimCandidate("fast", 1.10)
     for rule, least, most in ((optimizer.rule, 0.0, 0.0), (Rule(), 0.95, 1.0)):
         kept = simulate_kernel_tunings(50, [truth], SHAPES, 0.05, rule=rule, seed=53)
         assert least <= sum(k == "fast" for k in kept) / 50 <= most
+
+
+def test_the_power_table_in_the_docs_is_the_simulations_and_meets_the_target():
+    """docs/decisions.md's power table is written from benchmarks/results/decision_power.json (the simulator on
+    the real procedure, with each chooser's default rounds); in it a candidate truly 1.10x faster at 10% noise is
+    planned in at least 95% of tunings, backend or kernel, and nothing truly no faster wins over alpha/2."""
+    import json
+    import sys
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        import decision_power
+    finally:
+        sys.path.remove(str(benchmarks))
+    result = json.loads(decision_power.JSON.read_text())["result"]
+    doc = decision_power.DOC.read_text()
+    assert decision_power.spliced(doc, decision_power.table(result)) == doc
+    from aitune_ray.decision.session import CONFIRM_ROUNDS
+
+    assert result["confirm_rounds"] == result["kernel_rounds"] == CONFIRM_ROUNDS
+    rows = {(r["chooser"], r["field"], r["speedup"]): r["chosen"] for r in result["rows"]}
+    for chooser in ("backends", "kernels"):
+        for field in ("alone", "beside two"):
+            assert rows[(chooser, field, 1.10)]["0.10"] >= 0.95
+            assert max(rows[(chooser, field, 1.00)].values()) <= 0.025
