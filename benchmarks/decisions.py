@@ -285,7 +285,7 @@ def reread(paths: list[str]) -> str:
     """For recorded decisions.json files: per run and batch size the tuner's speedup, its post-deploy check's,
     the user's, whether the report says (by its rule, ModuleReport.speedup_moved) that the speedup moved between
     the first two, and whether the tuner was within 5% of the user; then how the two go together."""
-    from aitune_ray.tune_strategy.report import ModuleReport
+    from aitune_ray.report.model import ModuleReport
 
     def remeasured(row: dict) -> float:   # results before the pooled figure gave the re-measure's as the tuner's
         return row.get("remeasure_speedup", row["tuner_speedup"])
@@ -326,11 +326,7 @@ BEFORE = {("skewed", 0.05): "61%", ("skewed", 0.10): "93%", ("near", 0.05): "-",
 def operating_characteristics(tunings: int) -> str:
     """The decision procedure (aitune_ray.decision.choose, the kernel forge's selection.choose) over simulated
     tunings: how often each scenario's candidate is chosen, at 5% and 10% timing noise (aitune_ray.testing)."""
-    import random
-
-    from aitune_ray.kernel_forge.records import ProviderBenchmark
-    from aitune_ray.kernel_forge.selection import choose as choose_kernel
-    from aitune_ray.testing.sessions import SimCandidate, simulate_tunings, simulated_session
+    from aitune_ray.testing.sessions import SimCandidate, simulate_kernel_tunings, simulate_tunings
 
     mix = {8: 1, 32: 1}
     scenarios = [
@@ -358,25 +354,11 @@ def operating_characteristics(tunings: int) -> str:
             rows.append({"scenario": name, "what": what, "noise": noise, "chosen": hits / tunings,
                          "tunings": tunings})
             lines.append(f"| {what} | {noise:.0%} | {hits / tunings:.1%} | {BEFORE.get((name, noise), '-')} |")
-    rng, shapes = random.Random(1), {1: 1, 2: 1}
-    truth = {"0": SimCandidate("0", by_bs={1: 0.95, 2: 1.30}), "1": SimCandidate("1", 1.0)}
-    for noise in (0.05, 0.10):
-        planned = 0
-        for _ in range(tunings):
-            original = ProviderBenchmark("f", "original", "ok", source="original", median_ms=1.0, gpu="g")
-            records = [ProviderBenchmark("f", "skewed", "ok", median_ms=0.85, gpu="g"),
-                       ProviderBenchmark("f", "same", "ok", median_ms=1.0, gpu="g")]
-
-            def confirm(finalists, noise=noise):
-                session = simulated_session(rng, truth, [str(i) for i in range(len(finalists))], shapes, noise,
-                                            CONFIRM_ROUNDS)
-                timings = lambda per: {k: {"rounds_ms": v} for k, v in per.items()}   # noqa: E731
-                return {"original": timings(session.eager), "control": timings(session.control),
-                        "candidates": {k: timings(v) for k, v in session.candidates.items()}, "mix": shapes,
-                        "errors": {}, "rounds": CONFIRM_ROUNDS, "gpu": "sim", "node": ""}
-
-            best = choose_kernel("f", records, {("", "g"): original}, confirm)
-            planned += best is not None and best.description == "skewed"
+    shapes = {1: 1, 2: 1}
+    for noise in (0.05, 0.10):   # the kernel forge's own default rounds (KernelOptimizer's final_rounds)
+        kept = simulate_kernel_tunings(tunings, [SimCandidate("skewed", by_bs={1: 0.95, 2: 1.30}),
+                                                 SimCandidate("same", 1.0)], shapes, noise, seed=1)
+        planned = sum(k == "skewed" for k in kept)
         what = "kernel forge: a provider 0.95x at one recorded shape, 1.30x at the other: planned"
         rows.append({"scenario": "kernel", "what": what, "noise": noise, "chosen": planned / tunings,
                      "tunings": tunings})

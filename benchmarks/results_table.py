@@ -248,6 +248,14 @@ def decision_characteristics_rows(result: dict) -> list[dict]:
              "tunings": r["tunings"]} for r in result.get("rows", [])]
 
 
+def decision_power_rows(result: dict) -> list[dict]:
+    """decision_power.py: per chooser, finalists and true speedup, the share planned at each noise (a SIMULATION;
+    at 1.00x the false-win rate)."""
+    return [{"chooser": r["chooser"], "finalists": r["field"], "true speedup": f"{r['speedup']:.2f}x",
+             **{f"{float(n):.0%} noise": f"{v:.1%}" for n, v in r["chosen"].items()}, "tunings": result["tunings"]}
+            for r in result.get("rows", [])]
+
+
 def resume_rows(result: dict) -> list[dict]:
     """resume.py: a cold run against a killed and resumed one (targets: resumed <= 0.6x, killed + resumed
     <= 1.1x the cold run, the same decision)."""
@@ -326,6 +334,8 @@ QUESTIONS = (
      "python benchmarks/decisions.py --models vit --runs 3 --dispatch --out OUT", decisions_rows),
     ("decision_characteristics", "How often does the decision procedure choose what it should? (a SIMULATION)",
      "python benchmarks/decisions.py --operating-characteristics --tunings 1000", decision_characteristics_rows),
+    ("decision_power", "How often does the default rule plan a truly faster backend or kernel, and a no faster one? "
+     "(a SIMULATION)", "python benchmarks/decision_power.py --tunings 1000", decision_power_rows),
     ("kernel_forge", "Which attention kernel does the kernel forge pick per shape, and does it pay?",
      "python benchmarks/kernel_forge.py --out OUT/k.md", kernel_forge_rows),
     ("ort_gpu", "How does ONNX Runtime on the GPU compare with eager and Inductor?",

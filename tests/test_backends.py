@@ -184,7 +184,7 @@ def test_torchao_counts_the_layers_it_quantized_and_fails_where_it_changed_none(
     state, _ = backend.export()
     assert state == {"quantized_layers": 2, "quantizable_layers": 2}
     from aitune_ray.records.results import BuildResult
-    from aitune_ray.tune_strategy.report import describe_candidate
+    from aitune_ray.report.model import describe_candidate
     assert describe_candidate(BuildResult(key="k", backend="TorchAOBackend", spec={}, status="ok",
                                           state=state)) == "quantized 2 of 2 layers"
 

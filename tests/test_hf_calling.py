@@ -257,7 +257,7 @@ class NoTensorOut(nn.Module):
 
 def test_reports_read_after_a_failed_export(tmp_path):
     from aitune_ray.report import summary
-    from aitune_ray.tune_strategy.report import TuningReport
+    from aitune_ray.report.model import TuningReport
 
     wrapped = recorded(NoTensorOut(), [((torch.randn(2, 4),), {"scale": 0.5})])
     report = wrapped.tune(device="cpu", strategy=ait.MaxThroughputStrategy([ONNXRuntimeBackend()]))

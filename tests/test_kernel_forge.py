@@ -531,7 +531,7 @@ def test_empty_plan_builds_the_unchanged_module(tmp_path):
     assert state["kernel_plan"]["providers"] == [] and artifacts == {}
     # the report row says what this candidate really is: the delegate alone
     from aitune_ray.records.results import BuildResult
-    from aitune_ray.tune_strategy.report import describe_candidate
+    from aitune_ray.report.model import describe_candidate
     row = describe_candidate(BuildResult(key="k", backend="KernelSelectorBackend", spec={}, status="ok", state=state))
     assert row.startswith("empty kernel plan: no function replaced")
 

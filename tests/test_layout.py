@@ -105,7 +105,9 @@ LAYERS = (
     ("components", ("backend", "kernel_forge")),
     # the worker core and the seam that strategies talk to
     ("worker core and executor seam", ("worker",)),
-    ("strategies and their reports", ("tune_strategy", "report")),
+    # the report model (report.model) and its renderers, below the strategies that fill it
+    ("reports", ("report",)),
+    ("strategies", ("tune_strategy",)),
     # the executors behind the seam (inline, journaling, Ray) and the node checks they run
     ("executors", ("executors", "cluster", "actors")),
     # tune(), the Module, the checkpoint that saves and loads a Module, inspect/wrap and profile
@@ -187,9 +189,25 @@ def test_the_layer_check_finds_an_arrow_up_and_reads_the_root_package_as_the_top
         "aitune_ray.checkpoint.format (API) -> aitune_ray (job and command)"]
     assert _upward({"aitune_ray.measure.timing": {"aitune_ray.tune_strategy.report"},
                     "aitune_ray.tune_strategy.report": {"aitune_ray.measure.timing"}}) == [
-        "aitune_ray.measure.timing (base) -> aitune_ray.tune_strategy.report (strategies and their reports)"]
+        "aitune_ray.measure.timing (base) -> aitune_ray.tune_strategy.report (strategies)"]
     assert _layer_of("aitune_ray.kernel_forge.kernel_provider.torch_sdpa") == _layer_of("aitune_ray.backend")
     assert _layer_of("actors.tuner") == _layer_of("aitune_ray.cluster.pool")
+
+
+def test_the_report_model_lives_below_the_strategies_and_its_old_path_still_imports():
+    """report/ imports nothing of tune_strategy/ (the model moved down into report.model); user code that imports
+    it from tune_strategy.report gets the very same classes."""
+    files = _files()
+    edges = {name: _targets(name, path, files) for name, path in files.items()}
+    assert [(n, t) for n, ts in edges.items() if n.startswith("aitune_ray.report") for t in ts
+            if t.startswith("aitune_ray.tune_strategy")] == []
+    assert _layer_of("aitune_ray.report.model") < _layer_of("aitune_ray.tune_strategy.report")
+    from aitune_ray.report import model
+    from aitune_ray.tune_strategy import ModuleReport, TuningReport
+    from aitune_ray.tune_strategy import report as old
+
+    assert (old.ModuleReport, old.TuningReport, ModuleReport, TuningReport) == (
+        model.ModuleReport, model.TuningReport, model.ModuleReport, model.TuningReport)
 
 
 def test_only_the_cluster_package_and_the_actors_import_ray():

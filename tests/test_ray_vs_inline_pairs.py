@@ -46,7 +46,7 @@ def test_a_failed_run_is_left_out_and_single_runs_get_no_table():
 
 def test_the_remeasure_shape_counts_the_candidates_re_timed_their_rounds_and_eagers_first_timing():
     from aitune_ray.records.results import BuildResult
-    from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
+    from aitune_ray.report.model import ModuleReport, TuningReport
 
     def result(key, remeasured):
         return BuildResult(key=key, backend="B", spec={}, status="ok", remeasured=remeasured)

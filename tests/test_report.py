@@ -17,7 +17,7 @@ from aitune_ray.report import render_run_file, spans, write_reports
 from aitune_ray.report.events import EventRecorder, actor_row
 from aitune_ray.report.candidates import details, summary_table
 from aitune_ray.report.tables import module_report, plan_tables
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 from tests.report_helpers import REPO, run_quick_job
 
 
@@ -240,6 +240,7 @@ def small_report() -> ModuleReport:
          "status": "unsupported", "error": "sageattention is not installed", "gpu": "g0"}]}
     data = {"module": "enc", "strategy": "MaxThroughputStrategy", "device": "cuda", "call_mix": {"2": 3},
             "baseline": {"2": timing}, "chosen": "k1", "decision": "chose KernelSelectorBackend", "speedups": {"k1": 2.0},
+            "verdict": {"confidence": 0.95},
             "results": [{"key": "k1", "backend": "KernelSelectorBackend", "spec": {"type": "x:KernelSelectorBackend"},
                          "status": "ok", "timings": {"2": fast}, "node": "n", "gpu": "g0", "log_path": "/logs/a.log",
                          "state": {"kernel_plan": plan}}]}
@@ -252,7 +253,7 @@ def test_interval_and_added_columns_are_rendered(monkeypatch):
     def rows_with_intervals(self):
         rows = original(self)
         for row in rows[1:]:
-            row.update(speedup_low_bs2=1.8, speedup_high_bs2=2.2, speedup_low=1.7, speedup_high=2.1,
+            row.update(speedup_bs2=2.0, speedup_low_bs2=1.8, speedup_high_bs2=2.2, speedup_low=1.7, speedup_high=2.1,
                        ms_per_call_bs2=0.9, raw_ms_per_call_bs2=1.1, margin_of_safety="wide")
         return rows
 

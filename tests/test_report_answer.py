@@ -24,7 +24,7 @@ def module(**changes) -> dict:
         "chosen": "jit", "decision": "chose TorchInductorJitBackend: 1.4x [1.2, 1.6] over the recorded mix",
         "speedups": {"jit": 1.4, "ort": 1.02, "slow": 0.5},
         "verdicts": {"jit": {"passed": True, "verdict": "faster", "interval": {"median": 1.4, "low": 1.2, "high": 1.6},
-                             "intervals": INTERVALS},
+                             "intervals": INTERVALS, "confidence": 0.95},
                      "ort": {"passed": False, "verdict": "inconclusive, eager kept",
                              "interval": {"median": 1.02, "low": 0.7, "high": 1.5}},
                      "slow": {"passed": False, "verdict": "slower at a batch size",
@@ -125,3 +125,94 @@ def test_logs_are_kept_beside_the_report_and_only_existing_ones_linked(tmp_path)
     again = render_run_file(written["json"], tmp_path / "elsewhere")   # the link still resolves there
     assert (tmp_path / "elsewhere" / "job-logs" / "actor0.1.log").exists()
     assert "(job-logs/actor0.1.log)" in again["md"].read_text()
+
+
+# ----- numbers without contradictions -----------------------------------------------------------------------
+SCREENED = {"median": 0.5, "low": 0.4, "high": 0.6, "rounds": 8}
+PRUNED = "slower than eager at its screening (0.500x [0.400, 0.600] over 8 paired rounds)"
+
+
+def pruned_module(**changes) -> dict:
+    """slow never reached the confirm session: screening showed it slower than eager. Its first timing (0.02 ms)
+    against eager's baseline (2 ms, another moment) would read 100x."""
+    data = module(**changes)
+    data["verdicts"].pop("slow", None), data["speedups"].pop("slow", None)
+    data["results"][2]["timings"] = {bs: dict(t, median_ms=0.02) for bs, t in data["results"][2]["timings"].items()}
+    data["verdict"] = {"confidence": 0.95, "kind": "faster", **data.get("verdict", {}), "pruned": {"slow": PRUNED},
+                       "screened": {"slow": SCREENED}}
+    return data
+
+
+def test_every_interval_is_labelled_with_its_own_confidence():
+    from aitune_ray.report.candidates import summary_table
+
+    report = module_report(pruned_module(verdict={"confidence": 1 - 0.05 / 3}))
+    assert answer(report).endswith("(bs 2 1.5x [1.3, 1.7], bs 8 1.2x [1.05, 1.4]; 98.3% intervals).")
+    head, rows = summary_table(report)
+    assert head[2] == "speedup [98.3% interval]"
+    assert rows[3][2] == "0.5x [0.4, 0.6] at screening (90%)"     # the screening interval is labelled as one
+    assert "95%" not in " ".join(head + [c for r in rows for c in r])
+
+
+def test_a_figure_over_the_mix_outside_the_per_size_figures_says_why():
+    from aitune_ray.report.answer import WEIGHTING
+    from aitune_ray.report.candidates import details
+
+    inside = answer(module_report(module()))
+    assert WEIGHTING not in inside                                     # 1.4x between 1.2x and 1.5x
+    data = module()
+    data["verdicts"]["jit"]["interval"] = {"median": 1.6, "low": 1.45, "high": 1.7}
+    data["speedups"]["jit"] = 1.6
+    report = module_report(data)
+    assert f"over the recorded calls ({WEIGHTING}) (bs 2" in answer(report)
+    facts = dict(details(report)[0][1])
+    assert facts["why the figure over the recorded calls lies outside the per-size ones"] == WEIGHTING
+
+
+def test_an_inconclusive_verdict_names_the_batch_size_that_fell_short():
+    from aitune_ray.decision.verdict import Judgement, Verdict
+    from aitune_ray.report.candidates import summary_table
+    from aitune_ray.report.verdict import judgement_text
+
+    data = module()
+    data["verdicts"]["ort"] = {"passed": False, "verdict": "inconclusive",
+                               "interval": {"median": 1.1, "low": 1.0, "high": 1.2},
+                               "intervals": {"2": {"median": 1.15, "low": 1.05, "high": 1.3},
+                                             "8": {"median": 1.02, "low": 0.99, "high": 1.1}}}
+    _, rows = summary_table(module_report(data))
+    assert rows[2][1] == "inconclusive at bs 8"                        # 8 is not shown faster; 2 is
+    data["verdicts"]["ort"]["intervals"]["2"]["low"] = 0.9             # now 2 is not shown non-inferior
+    _, rows = summary_table(module_report(data))
+    assert rows[2][1] == "inconclusive at bs 2"
+    judged = Judgement("ort", False, "inconclusive", {"median": 1.1, "low": 1.0, "high": 1.2, "rounds": 60},
+                       {2: {"median": 1.15, "low": 1.05, "high": 1.3}, 8: {"median": 1.02, "low": 0.99, "high": 1.1}})
+    text = judgement_text(judged, Verdict("ort", "inconclusive", confidence=0.95, finalists=1))
+    assert "includes 1.010x (not shown faster at bs 8 (1.020x [0.990, 1.100]))" in text
+
+
+def test_a_candidate_pruned_at_screening_shows_its_screening_figure_and_why_never_a_stray_figure():
+    from aitune_ray.report.candidates import details, summary_table
+    from aitune_ray.report.plots import speedup_points
+
+    report = module_report(pruned_module())
+    _, rows = summary_table(report)
+    assert rows[3] == ["TorchAOBackend", PRUNED, "0.5x [0.4, 0.6] at screening (90%)", "-", "-"]
+    facts = dict(details(report)[2][1])
+    assert facts["speedup over the recorded calls"] == "0.5x [0.4, 0.6] at screening (90%)"
+    assert facts["bs 2"].startswith("speedup -;") and facts["bs 8"].startswith("speedup -;")   # not 100x
+    assert "TorchAOBackend" not in {p["label"] for p in speedup_points(report)}   # not drawn as measured
+
+
+def test_keep_eager_says_no_candidate_was_shown_faster_when_screening_pruned_them_all():
+    data = pruned_module(chosen=None, verdicts={}, speedups={})
+    data["verdict"].update(kind="not faster", pruned={"jit": PRUNED.replace("0.500x", "0.700x"), "ort": PRUNED,
+                                                      "slow": PRUNED},
+                           screened={"jit": dict(SCREENED, median=0.7), "ort": SCREENED, "slow": SCREENED})
+    line = answer(module_report(data))
+    assert line.startswith("enc: keep eager (no candidate was shown faster; the best at its screening, "
+                           "TorchInductorJitBackend, read 0.7x [0.4, 0.6] at screening (90%): slower than eager")
+    assert "measured" not in line
+    failed = module(chosen=None, verdicts={}, speedups={})
+    for result in failed["results"]:
+        result["status"] = "error"
+    assert answer(module_report(failed)) == "enc: keep eager (no candidate built and ran correctly)."

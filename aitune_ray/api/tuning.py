@@ -22,7 +22,7 @@ from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, Recordi
 from aitune_ray.model.max_batch import find_max_batch_sizes
 from aitune_ray.model.recording import ModuleState, recording_session
 from aitune_ray.tune_strategy.deploy import deploy_checked
-from aitune_ray.tune_strategy.report import ModuleReport, TuningReport
+from aitune_ray.report.model import ModuleReport, TuningReport
 
 logger = logging.getLogger(__name__)
 

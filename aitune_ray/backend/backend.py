@@ -184,6 +184,12 @@ class Backend(ABC):
         raise NotImplementedError(f"{cls.__name__} makes no plan before its build")
 
     @classmethod
+    def with_rule(cls, spec: dict, rule: Any) -> dict:
+        """spec, carrying the strategy's accept rule (a decision.rule.Rule) for the choices the backend makes
+        itself (a KernelSelectorBackend's kernel plan). The default: spec unchanged."""
+        return spec
+
+    @classmethod
     def spec_with_plan(cls, spec: dict, plan: Any) -> dict:
         """spec, carrying the finished plan: a build from it uses the plan and does not make one."""
         raise NotImplementedError(f"{cls.__name__} makes no plan before its build")

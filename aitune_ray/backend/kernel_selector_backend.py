@@ -29,6 +29,8 @@ from torch.nn.attention import SDPBackend
 
 from aitune_ray.backend.backend import SAFE, Backend, BackendConfig, Planner, class_path, import_class
 from aitune_ray.backend.torch_inductor_jit import TorchInductorJitBackend
+from aitune_ray.decision.rule import Rule
+from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.errors import BuildError, CheckpointError, ConfigError
 from aitune_ray.kernel_forge.kernel_provider import (
     FlashAttention4KernelProvider, KernelGenerator, KernelProvider, TorchSDPAKernelProvider,
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 PLAN_KEY = "kernel_plan"
+RULE_KEY = "rule"    # the strategy's accept rule (Rule.settings()), which the kernel forge's choice follows
 
 
 def default_kernel_providers() -> list[KernelProvider]:
@@ -85,7 +88,7 @@ class KernelSelectorBackendConfig(BackendConfig):
     generation_timeout: float = DEFAULT_GENERATION_TIMEOUT
     tolerance: float | None = None
     measure: dict | None = None
-    final_rounds: int = 20
+    final_rounds: int = CONFIRM_ROUNDS
 
     def __post_init__(self) -> None:
         self.kernel_providers = _sources(self.kernel_providers, KernelProvider, kernel_provider_from_dict,
@@ -98,6 +101,8 @@ class KernelSelectorBackendConfig(BackendConfig):
         check_percent(self.generator_min_time_share_percent, "generator_min_time_share_percent")
         if self.generation_timeout < 0:
             raise ConfigError("generation_timeout must be at least 0")
+        if int(self.final_rounds) < 0:
+            raise ConfigError(f"final_rounds must not be negative, got {self.final_rounds}")
         if isinstance(self.measure, MeasureConfig):
             self.measure = self.measure.to_dict()
 
@@ -137,6 +142,8 @@ class KernelSelectorBackend(Backend):
         self.plan = KernelOptimizationPlan()
         #: A plan made before the build (carried by the spec): the build uses it instead of profiling.
         self.preset_plan: KernelOptimizationPlan | None = None
+        #: The accept rule the kernel choice follows (the strategy's, carried by the spec: with_rule).
+        self.rule = Rule()
         self._restoring: tuple[dict, Path] | None = None
 
     # ----- decided by the delegate --------------------------------------------------------------
@@ -160,6 +167,8 @@ class KernelSelectorBackend(Backend):
         spec = {"type": class_path(type(self)), "config": self.config.to_dict(), "delegate": self.delegate.spec()}
         if self.preset_plan is not None:
             spec[PLAN_KEY] = self.preset_plan.to_dict()
+        if self.rule != Rule():
+            spec[RULE_KEY] = self.rule.settings()
         return spec
 
     @classmethod
@@ -169,6 +178,7 @@ class KernelSelectorBackend(Backend):
         backend = cls(config, delegate)
         if spec.get(PLAN_KEY) is not None:
             backend.preset_plan = KernelOptimizationPlan.from_dict(spec[PLAN_KEY])
+        backend.rule = Rule.from_settings(spec.get(RULE_KEY))
         return backend
 
     @staticmethod
@@ -186,13 +196,18 @@ class KernelSelectorBackend(Backend):
         (the delegate does not), so candidates with one key can share one plan. None for any other spec."""
         if not KernelSelectorBackend.needs_plan(spec):
             return None
-        return json.dumps([spec.get("type"), spec.get("config")], sort_keys=True, default=str)
+        return json.dumps([spec.get("type"), spec.get("config"), spec.get(RULE_KEY)], sort_keys=True, default=str)
 
     @classmethod
     def planner(cls, spec: dict, runner: Any) -> Planner:
         """Profiles the module and searches kernels with spec's KernelOptimizer, its tasks run by runner."""
         config = cls.config_class.from_dict(dict(spec.get("config") or {}))
-        return _KernelPlanner(config.optimizer(runner=runner))
+        return _KernelPlanner(config.optimizer(runner=runner, rule=Rule.from_settings(spec.get(RULE_KEY))))
+
+    @classmethod
+    def with_rule(cls, spec: dict, rule: Rule) -> dict:
+        """spec, carrying the strategy's accept rule: the kernel forge's confirm session is judged by it."""
+        return {**spec, RULE_KEY: rule.settings()}
 
     @classmethod
     def spec_with_plan(cls, spec: dict, plan: KernelOptimizationPlan) -> dict:
@@ -213,7 +228,7 @@ class KernelSelectorBackend(Backend):
             self.plan = self.preset_plan
             logger.info("%s: using the kernel plan made before the build", self.name)
         elif len(samples):
-            self.plan = self.config.optimizer().make_plan(module, samples, module=module)
+            self.plan = self.config.optimizer(rule=self.rule).make_plan(module, samples, module=module)
         else:
             logger.warning("%s: no recorded samples to profile, so no kernel is replaced", self.name)
             self.plan = KernelOptimizationPlan()

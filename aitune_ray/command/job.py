@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from aitune_ray.records import imports
 from aitune_ray.records.artifacts import plain_part
+from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.errors import ConfigError
 from aitune_ray.records.validate import bounded, from_data, kind_of
 from aitune_ray.model import wrapping
@@ -94,7 +95,7 @@ class ExecutorSpec:
     artifact_dir: str | None = None
     inline_artifact_limit_mb: int = bounded(256, 0, 1 << 20)
     log_dir: str | None = None
-    remeasure_rounds: int = bounded(60, 1, 100_000)         # paired rounds per batch size of the confirm session
+    remeasure_rounds: int = bounded(CONFIRM_ROUNDS, 1, 100_000)   # paired rounds per batch size of the confirm session
     warm_up: str = "compile"                 # what each GPU actor does as it starts: compile, imports or off
     contain: bool = True                     # inline only: each build in a child process (false: in this one)
     gpu_kind: str | None = None              # tune for this GPU kind only (e.g. H100, or a custom resource label)

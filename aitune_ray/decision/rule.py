@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from aitune_ray.decision.verdict import FASTER, INCONCLUSIVE, NOT_FASTER, SLOWER, Judgement
+from aitune_ray.errors import ConfigError
 from aitune_ray.measure.statistics import paired_interval
 
 Series = dict[int, list[float]]   # batch size -> milliseconds per call, one entry per round
@@ -38,6 +39,21 @@ class Rule:
     noise_tolerance: float = 0.03
     alpha: float = 0.05
     enabled: bool = True
+
+    def settings(self) -> dict:
+        """The rule's three settings, as plain data (a spec carries them to the kernel forge)."""
+        return {"min_speedup_ratio": self.min_speedup_ratio, "noise_tolerance": self.noise_tolerance,
+                "alpha": self.alpha}
+
+    @classmethod
+    def from_settings(cls, data: dict | None) -> "Rule":
+        """The rule of settings() (None or {}: the defaults); always enabled."""
+        data = dict(data or {})
+        values = {k: data[k] for k in ("min_speedup_ratio", "noise_tolerance", "alpha") if k in data}
+        bad = [k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise ConfigError(f"the rule's {', '.join(bad)} must be numbers, got {', '.join(repr(values[k]) for k in bad)}")
+        return cls(**{k: float(v) for k, v in values.items()})
 
     def confidence(self, judged: int) -> float:
         """The two-sided confidence of every interval of a session that judges this many candidates."""

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from torch import nn
 
+from aitune_ray.decision.rule import Rule
+from aitune_ray.decision.screen import MAX_FINALISTS
+from aitune_ray.decision.session import CONFIRM_ROUNDS
 from aitune_ray.errors import ConfigError
 from aitune_ray.kernel_forge.evaluate import KERNEL_MEASURE, reference_outputs
 from aitune_ray.kernel_forge.function_samples import FunctionData
@@ -36,7 +39,7 @@ from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
 from aitune_ray.kernel_forge.profiler import ModuleFunctionKernelProfiler
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.kernel_forge.runner import ForgeRunner, LocalRunner
-from aitune_ray.kernel_forge.selection import MAX_FINALISTS, choose
+from aitune_ray.kernel_forge.selection import choose
 from aitune_ray.measure.timing import MeasureConfig
 
 if TYPE_CHECKING:
@@ -100,8 +103,10 @@ class KernelOptimizer:
 
     tolerance: one relative L2 bound for every candidate (None: each provider's own, by dtype).
     measure: how each candidate's call mix is timed (for ranking). final_rounds: paired rounds per recorded
-    shape of the confirm session (0: none, and the original stays); max_finalists: candidates confirmed per
-    function at most (kernel_forge.selection). warmup_iterations: unprofiled passes over the data first.
+    shape of the confirm session (default: the backends' confirm sessions' own, decision.session.CONFIRM_ROUNDS;
+    0: none, and the original stays); max_finalists: candidates confirmed per function at most
+    (kernel_forge.selection). rule: the accept rule (decision.rule.Rule: min_speedup_ratio, noise_tolerance,
+    alpha), the strategy's where a strategy tunes (default: the rule's defaults). warmup_iterations: unprofiled passes over the data first.
     kernel_utils: AITune's option, accepted as its default KernelUtils() only (see kernel_forge.kernel_utils).
     kernel_profiler_factory: makes the profiler, given function_names. runner: where the benchmarks,
     generators and timings run (default: LocalRunner, in this process).
@@ -113,10 +118,10 @@ class KernelOptimizer:
                  kernel_generators: KernelGenerator | list[KernelGenerator] | None = None,
                  provider_min_time_share_percent: float = 0.0, generator_min_time_share_percent: float = 10.0,
                  generation_timeout: float = DEFAULT_GENERATION_TIMEOUT, *, tolerance: float | None = None,
-                 measure: MeasureConfig | None = None, final_rounds: int = 20, warmup_iterations: int = 2,
+                 measure: MeasureConfig | None = None, final_rounds: int = CONFIRM_ROUNDS, warmup_iterations: int = 2,
                  kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler,
                  max_finalists: int = MAX_FINALISTS, runner: ForgeRunner | None = None,
-                 kernel_utils: KernelUtils | None = None):
+                 kernel_utils: KernelUtils | None = None, rule: Rule | None = None):
         check_kernel_utils(kernel_utils)   # AITune's option: only its default is meaningful here
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider)
         self.kernel_generators: list[KernelGenerator] = _as_list(kernel_generators, KernelGenerator)
@@ -129,7 +134,10 @@ class KernelOptimizer:
         self.generation_timeout = float(generation_timeout)
         self.tolerance = tolerance
         self.measure = measure or KERNEL_MEASURE
+        if int(final_rounds) < 0:
+            raise ConfigError(f"final_rounds must not be negative, got {final_rounds}")
         self.final_rounds = int(final_rounds)
+        self.rule = Rule.from_settings(rule.settings()) if rule is not None else Rule()
         self.warmup_iterations = warmup_iterations
         self.kernel_profiler_factory = kernel_profiler_factory
         self.max_finalists = int(max_finalists)
@@ -271,7 +279,7 @@ class KernelOptimizer:
             return out
 
         best = choose(search.function, search.records, originals, confirm if self.final_rounds > 0 else None,
-                      max_finalists=self.max_finalists)
+                      self.rule, max_finalists=self.max_finalists)
         if best is None:
             return None
         return best.live if best.live is not None else kernel_provider_from_dict(best.provider)

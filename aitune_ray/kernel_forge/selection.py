@@ -19,11 +19,10 @@ import logging
 from typing import Callable
 
 from aitune_ray.decision import Rule, Session, decide
+from aitune_ray.decision.screen import MAX_FINALISTS
 from aitune_ray.kernel_forge.records import ORIGINAL, ProviderBenchmark
 
 logger = logging.getLogger(__name__)
-
-MAX_FINALISTS = 3
 
 
 def set_speedups(valid: list[ProviderBenchmark], originals: dict[tuple, ProviderBenchmark]) -> None:
@@ -55,7 +54,8 @@ def choose(function: str, records: list[ProviderBenchmark], originals: dict[tupl
            max_finalists: int = MAX_FINALISTS) -> ProviderBenchmark | None:
     """The record of the candidate to keep for function, or None (the original stays). confirm(finalists):
     the runner's paired rounds of the original, the A/A control and the finalists (None: no session can run,
-    and nothing is kept)."""
+    and nothing is kept). rule: the strategy's accept rule (None: the defaults); the kernel forge always
+    judges (a replacement no faster than the original is never worth planning), whatever rule.enabled says."""
     valid = [r for r in records if r.ok and r.median_ms is not None and r.source != ORIGINAL]
     if not valid:
         return None
@@ -69,7 +69,8 @@ def choose(function: str, records: list[ProviderBenchmark], originals: dict[tupl
         return None
     out = confirm(finalists)
     session, mix = forge_session(out)
-    verdict = decide(session, [str(i) for i in range(len(finalists))], mix, rule or Rule())
+    rule = Rule.from_settings(rule.settings()) if rule is not None else Rule()
+    verdict = decide(session, [str(i) for i in range(len(finalists))], mix, rule)
     for index, record in enumerate(finalists):
         judged = verdict.judgements.get(str(index))
         record.remeasured = {"verdict": judged.kind if judged else verdict.kind, "gpu": (out or {}).get("gpu", ""),

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aitune_ray.report.answer import figures, label, speedup_words, verdict
+from aitune_ray.report.answer import (WEIGHTING, confidence, figures, label, mix_outside, percent, screening,
+                                     screening_words, speedup_words, verdict)
 from aitune_ray.report.tables import batch_sizes, candidate_rows, extra_columns, speedup_text, value_text
-from aitune_ray.tune_strategy.report import ModuleReport, _num, describe_candidate
+from aitune_ray.report.model import ModuleReport, _num, describe_candidate
 
 EAGER = "TorchEager (baseline)"
 
@@ -17,14 +18,17 @@ EAGER = "TorchEager (baseline)"
 def summary_table(module: ModuleReport) -> tuple[list[str], list[list[str]]]:
     """Head and rows: one row for eager, one per candidate; the speedups are the decision's."""
     sizes = batch_sizes(module)
-    head = ["candidate", "verdict", "speedup [95% interval]"] + [f"bs {bs}" for bs in sizes]
+    level = confidence(module)
+    head = ["candidate", "verdict", f"speedup [{percent(level) + ' ' if level else ''}interval]"] + [
+        f"bs {bs}" for bs in sizes]
     chosen_eager = module.chosen is None
     rows = [[EAGER, "kept (chosen)" if chosen_eager else "baseline", "1x"] + ["1x" for _ in sizes]]
     for result in module.results:
         words, _ = verdict(module, result)
         found = figures(module, result.key)
         what = describe_candidate(result)   # what a name could hide: layers quantized, an empty kernel plan
-        rows.append([label(result) + (f": {what}" if what else ""), words, speedup_words(found.get("mix"))]
+        mix = speedup_words(found.get("mix")) if found else screening_words(screening(module, result.key))
+        rows.append([label(result) + (f": {what}" if what else ""), words, mix]
                     + [speedup_words((found.get("bs") or {}).get(bs)) for bs in sizes])
     return head, rows
 
@@ -46,6 +50,11 @@ def details(module: ModuleReport, host: str = "") -> list[tuple[str, list[tuple[
         facts = [("verdict", words), ("config", row["config"] or "(defaults)"), ("status", row["status"]),
                  ("correctness error (tolerance)", f"{_num(row['correctness_error'])} ({_num(row['tolerance'])})"),
                  ("speedup over the recorded calls", speedup_text(row))]
+        found = figures(module, result.key)
+        if not found and screening(module, result.key):
+            facts[-1] = ("speedup over the recorded calls", screening_words(screening(module, result.key)))
+        elif mix_outside(found):
+            facts.append(("why the figure over the recorded calls lies outside the per-size ones", WEIGHTING))
         for bs in sizes:
             facts.append((f"bs {bs}", f"speedup {speedup_text(row, bs)}; {_num(row.get(f'ms_per_call_bs{bs}'))} ms/call "
                                       f"in a serving loop; single calls p50/p90 {_num(row[f'latency_ms_bs{bs}'])}/"

@@ -75,8 +75,8 @@ def blocks(run: dict, brief: bool = False) -> list[tuple]:
                     "'aitune-ray report' on this report's JSON draws them afterwards."))
         return out
     out.append(("heading", 2, "Speedups"))
-    out.append(("image", "speedup", "Each candidate's speedup over eager with its 95% interval, as the decision "
-                "read them (log scale; 1x is eager). Star: chosen; filled: passed; hollow: undecided; cross: "
+    out.append(("image", "speedup", "Each candidate's speedup over eager with its interval at the decision's "
+                "confidence (as the summary table labels it), as the decision read them (log scale; 1x is eager). Star: chosen; filled: passed; hollow: undecided; cross: "
                 "rejected. Failed candidates are not drawn."))
     out.append(("heading", 2, "Schedule"))
     out.append(("image", "timeline", "One row per actor, a bar per task phase, coloured by candidate; hatching "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from aitune_ray.decision.verdict import HOST_UNFIT
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 
 def host_state() -> dict:
     """What the process had to measure with: torch's threads, the CPUs it may run on, the load average."""

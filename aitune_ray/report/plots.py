@@ -2,7 +2,7 @@
 schedule's timeline.
 
 The speedup picture draws exactly the figures of the summary table (aitune_ray.report.answer.figures), on one
-scale: a point per candidate and batch size at its median speedup over eager, its whisker the 95% interval
+scale: a point per candidate and batch size at its median speedup over eager, its whisker the interval at the decision's confidence
 of that same speedup, and its marker the verdict (star chosen, filled passed, hollow undecided, cross
 rejected), so that no mark can read as a choice the decision did not make. Figures are made with
 matplotlib's object API on the Agg canvas: nothing here touches pyplot's global state or needs a display.
@@ -13,10 +13,10 @@ from __future__ import annotations
 import io
 
 from aitune_ray.runtime.printable import printable
-from aitune_ray.report.answer import CHOSEN, FAILED, LOST, PASSED, UNDECIDED, figures, label, verdict
+from aitune_ray.report.answer import CHOSEN, FAILED, LOST, PASSED, UNDECIDED, confidence_words, figures, label, verdict
 from aitune_ray.report.events import Span
 from aitune_ray.records.results import CANCELLED, CRASHED, ERROR, OK, OOM, REJECTED, TIMED_OUT
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 
 DPI = 100
 WIDTH_IN = 11.0
@@ -73,7 +73,7 @@ def speedup_points(module: ModuleReport) -> list[dict]:
 
 def speedup_png(reports: list[ModuleReport]) -> bytes | None:
     """A panel per module: each measured candidate's speedup over eager per batch size and over the recorded
-    calls, with its 95% interval, on a log scale around eager's 1x."""
+    calls, with its interval at the decision's confidence, on a log scale around eager's 1x."""
     panels = [(r, speedup_points(r)) for r in reports]
     panels = [(r, p) for r, p in panels if p]
     if not panels:
@@ -104,7 +104,7 @@ def speedup_png(reports: list[ModuleReport]) -> bytes | None:
                         fontsize=FONT)
         axes.tick_params(axis="y", labelsize=FONT)
         axes.set_ylabel("speedup over eager (x)", fontsize=FONT)
-        axes.set_title(printable(f"{report.module} on {report.device}: speedup over eager, 95% intervals"),
+        axes.set_title(printable(f"{report.module} on {report.device}: speedup over eager, {confidence_words(report)}"),
                        fontsize=FONT + 1)
         axes.grid(axis="y", alpha=0.3, which="both")
         axes.legend(fontsize=FONT - 1, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from aitune_ray.records.results import BuildResult
-from aitune_ray.tune_strategy.report import ModuleReport, _num
+from aitune_ray.report.model import ModuleReport, _num
 
 _BATCH_KEYED = ("call_mix", "baseline", "remeasured_baseline", "dispatch")
 #: Row keys that the candidates table shows in columns of its own.
@@ -44,18 +44,16 @@ def batch_sizes(report: ModuleReport) -> list[int]:
 
 
 def candidate_rows(report: ModuleReport, host: str = "") -> list[dict]:
-    """ModuleReport.rows(), each with node and log path, and per batch size a speedup against eager and
-    its interval when the decision rule recorded one (speedup_bsN, speedup_interval_bsN = (lo, hi))."""
+    """ModuleReport.rows(), each with node and log path, and per batch size the decision's speedup against
+    eager and its interval where the decision recorded one (speedup_bsN, speedup_interval_bsN = (lo, hi); NaN
+    and None where it did not: a candidate pruned at screening, or never compared with eager)."""
     rows = report.rows()
-    base = rows[0]
     for row, result in zip(rows, [None] + report.results):
         row["node"] = result.node if result else host
         row["log_path"] = result.log_path if result else ""
         row["total_s"] = result.total_s if result else 0.0
-        for bs in batch_sizes(report):
-            if not _is_number(row.get(f"speedup_bs{bs}")):
-                row[f"speedup_bs{bs}"] = _ratio(row.get(f"throughput_bs{bs}"), base.get(f"throughput_bs{bs}"))
-            row[f"speedup_interval_bs{bs}"] = interval(row, bs)
+        for bs in batch_sizes(report):   # the decision's figures only: a candidate's first timing against
+            row[f"speedup_interval_bs{bs}"] = interval(row, bs)   # eager's baseline is two moments, never a speedup
     return rows
 
 
@@ -139,8 +137,3 @@ def _float(value) -> float:
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
-
-def _ratio(a, b) -> float:
-    if not (_is_number(a) and _is_number(b)) or b == 0:
-        return math.nan
-    return float(a) / float(b)

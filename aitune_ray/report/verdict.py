@@ -49,7 +49,9 @@ def judgement_text(j: Judgement, verdict: Verdict, diagnostic: bool = False) -> 
         return f"performance {VALIDATION_OFF}: {where}"
     parts = []
     if j.interval["low"] < gate:
-        parts.append(f"the interval over the mix includes {gate:.3f}x")
+        short = [bs for bs, i in sorted(j.intervals.items()) if i["low"] < gate and bs not in j.below]
+        parts.append(f"the interval over the mix includes {gate:.3f}x" + (" (not shown faster at " + ", ".join(
+            f"bs {bs} ({interval_text(j.intervals[bs])})" for bs in short) + ")" if short else ""))
     if j.below:
         parts.append("not shown at least " + f"{floor:.3f}x at " + ", ".join(
             f"bs {bs} ({interval_text(j.intervals[bs])})" for bs in j.below))

@@ -86,3 +86,60 @@ def simulate_tunings(tunings: int, candidates: list[SimCandidate], mix: dict[int
             screens, lambda finalists: simulated_session(rng, by_key, finalists, mix, noise, rounds, drift, path_speedup),
             mix, rule, max_finalists=MAX_FINALISTS if max_finalists is None else max_finalists, dispatch=dispatch))
     return verdicts
+
+
+def simulate_kernel_tunings(tunings: int, candidates: list[SimCandidate], shapes: dict[int, int], noise: float, *,
+                            rule=None, rounds: int | None = None, seed: int = 0, drift: float = 0.0) -> list:
+    """The provider kept (its key, or None for the original) in each of that many kernel searches of one
+    function whose providers are candidates: the kernel forge's real choice (KernelOptimizer's, through
+    kernel_forge.selection and decision.decide), on simulated screening and confirm numbers. shapes: the
+    function's recorded samples (a shape index, read as eager's milliseconds per call, -> its calls). rule:
+    the strategy's accept rule (None: the defaults); rounds: the confirm session's rounds (None: the kernel
+    forge's own default, KernelOptimizer's final_rounds)."""
+    from aitune_ray.kernel_forge.optimizer import FunctionSearch, KernelOptimizer
+
+    runner = SimulatedForgeRunner(random.Random(seed), {c.key: c for c in candidates}, shapes, noise, drift)
+    options = {} if rounds is None else {"final_rounds": rounds}
+    optimizer = KernelOptimizer(runner=runner, rule=rule, **options)
+    kept = []
+    for _ in range(tunings):
+        search = FunctionSearch("f", [], [], [runner.screened(c) for c in candidates])
+        kept.append(optimizer._choose(search))
+    return kept
+
+
+class SimulatedForgeRunner:
+    """The kernel forge's runner seam (kernel_forge.runner.ForgeRunner's originals and interleaved) on simulated
+    numbers: the original takes `shape` ms per call at each recorded shape; a candidate's screening figure is one
+    simulated pass over the mix; its confirm session has the optimizer's final_rounds paired rounds per shape."""
+
+    def __init__(self, rng: random.Random, truth: dict[str, SimCandidate], shapes: dict[int, int], noise: float,
+                 drift: float = 0.0):
+        self.rng, self.truth, self.shapes, self.noise, self.drift = rng, truth, shapes, noise, drift
+
+    def _pass(self, speedup_at) -> float:
+        return sum(n * _ms(self.rng, shape / speedup_at(shape), self.noise, 1.0) for shape, n in self.shapes.items())
+
+    def screened(self, candidate: SimCandidate):
+        from aitune_ray.kernel_forge.records import OK, ProviderBenchmark
+
+        return ProviderBenchmark("f", candidate.key, OK, median_ms=self._pass(candidate.at), gpu="sim",
+                                 live=candidate.key)
+
+    def originals(self, opt, search, where: set) -> dict:
+        from aitune_ray.kernel_forge.records import OK, ORIGINAL, ProviderBenchmark
+
+        record = ProviderBenchmark("f", ORIGINAL, OK, source=ORIGINAL, median_ms=self._pass(lambda _: 1.0), gpu="sim")
+        return {(record.node, record.gpu): record}
+
+    def interleaved(self, opt, search, finalists: list) -> dict:
+        keys = [str(i) for i in range(len(finalists))]
+        truth = {str(i): self.truth[r.description] for i, r in enumerate(finalists)}
+        session = simulated_session(self.rng, truth, keys, self.shapes, self.noise, opt.final_rounds, self.drift)
+
+        def timings(per: dict) -> dict:
+            return {shape: {"rounds_ms": ms} for shape, ms in per.items()}
+
+        return {"original": timings(session.eager), "control": timings(session.control),
+                "candidates": {k: timings(v) for k, v in session.candidates.items()}, "mix": dict(self.shapes),
+                "errors": {}, "rounds": opt.final_rounds, "gpu": "sim", "node": ""}

@@ -17,7 +17,7 @@ from aitune_ray.measure.timing import MeasureConfig, summary
 from aitune_ray.model.max_batch import check_limit
 from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.tune_strategy.defaults import default_backends
-from aitune_ray.tune_strategy.report import ModuleReport
+from aitune_ray.report.model import ModuleReport
 from aitune_ray.tune_strategy.validation_mode import PerformanceValidationMode, speedup_ratio, validation_mode
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,8 @@ class TuneStrategy(ABC):
         return Rule(self.min_speedup_ratio, self.noise_tolerance, self.alpha, self.performance_validation)
 
     def jobs(self) -> list[CandidateJob]:
-        return [CandidateJob(key=b.key(), spec=b.spec(), tolerance=self._tolerance_for(b),
+        rule = self.rule()
+        return [CandidateJob(key=b.key(), spec=type(b).with_rule(b.spec(), rule), tolerance=self._tolerance_for(b),
                              measure=self.measure_config.to_dict(), priority=i, screen_rounds=SCREEN_ROUNDS)
                 for i, b in enumerate(self.backends)]
 
