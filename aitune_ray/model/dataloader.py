@@ -190,9 +190,11 @@ def samples_generator(dataset: Any, batch_sizes: Iterable[int],
 
 def ensure_enough_samples(dataset: Any, number_of_samples: int) -> Any:
     """AITune's ensure_enough_samples: exactly number_of_samples items, from the start again when the dataset
-    has fewer (a list; a DataLoaderFactory keeps its collate_fn and workers)."""
+    has fewer (a list, empty for an empty dataset; a DataLoaderFactory keeps its collate_fn and workers)."""
     if isinstance(dataset, DataLoaderFactory):
         return cycled(dataset, number_of_samples)
     if isinstance(number_of_samples, int) and number_of_samples <= 0:
         raise DatasetError(f"number_of_samples must be greater than 0, got {number_of_samples}")
+    if isinstance(dataset, Sequence) and not isinstance(dataset, str) and len(dataset) == 0:
+        return []   # nothing to repeat (AITune returns the empty list too)
     return list(cycled(dataset, number_of_samples).dataset)
