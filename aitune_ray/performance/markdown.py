@@ -60,7 +60,7 @@ def _attribution(data: dict[str, Any]) -> str:
     if not rows:
         return ""
     return "## Per-Run Attribution\n\n" + _table(
-        ["Run", "Region", "Calls", "CPU", "CPU share", "Device", "Device share"], rows)
+        ["Run", "Region", "Calls", "CPU", "CPU Fraction", "Device", "Device Fraction"], rows)
 
 
 def _averages(data: dict[str, Any]) -> str:
