@@ -226,7 +226,7 @@ ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
     "kernel_forge.kernel_provider.diffusers_attention_provider": (
         ("DiffusersAttentionBackend DiffusersAttentionKernelProvider", NO_DIFFUSERS),),
     "kernel_forge.module_function_kernel_profiler": (
-        ("FUNCTIONAL_PREFIX FunctionData MODULE_PREFIX get_tensor_size prime_cuda_profiler", PROFILER_INSIDE),),
+        ("FUNCTIONAL_PREFIX FunctionData MODULE_PREFIX get_tensor_size", PROFILER_INSIDE),),
     "libs.cuda.cudart": (("cudart", NO_LIBS),),
     "libs.cuda.memory": (("memcpy_to_torch", NO_LIBS),),
     "libs.onnx.onnx_exporter": (("ONNXExporter ONNX_FILE_EXTENSION", NO_LIBS),),
