@@ -102,6 +102,12 @@ def test_a_bert_tuned_on_variable_sequence_lengths_runs_an_unseen_length_on_the_
     assert recorded == [(size, length) for size in (1, 2) for length in lengths]
     assert isinstance(model.backend, ONNXRuntimeBackend)
     ids = torch.randint(0, 100, (3, 7))                 # neither a recorded length nor a recorded batch size
+    eager_calls = []
+    hook = bert.embeddings.register_forward_pre_hook(lambda module, args: eager_calls.append(1))
     with torch.no_grad():
-        got, want = model(input_ids=ids), bert(input_ids=ids)
+        got = model(input_ids=ids)
+    hook.remove()
+    assert eager_calls == []                            # the graph ran it, not eager
+    with torch.no_grad():
+        want = bert(input_ids=ids)
     assert torch.allclose(got.last_hidden_state, want.last_hidden_state, atol=1e-4)
