@@ -31,6 +31,9 @@ from aitune_ray.checkpoint import load, save
 from aitune_ray.api.tuning import tune
 
 from aitune_ray.version import __version__
+from aitune_ray import aitune_paths
+
+aitune_paths.install()   # AITune's module paths: aitune.torch.X.Y imports as aitune_ray.X.Y
 
 __all__ = [
     "BatchDim", "DataLoaderFactory", "DynamicDim", "LocalTorchStorage", "ModuleFunctionKernelProfiler",

@@ -102,3 +102,8 @@ class ClusterError(AITuneRayError):
 
 class LatencyBudgetError(AITuneRayError, RuntimeError):
     """No candidate meets a LatencyBudgetStrategy's latency budget (a RuntimeError, as in AITune)."""
+
+
+class AbsentNameError(AITuneRayError, ImportError):
+    """A name of one of AITune's module paths that has no counterpart here (raised where it is imported or
+    read, saying why and what to use; the list is aitune_ray.aitune_paths.ABSENT)."""

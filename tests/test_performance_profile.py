@@ -245,7 +245,7 @@ def test_the_markdown_holds_the_key_figures(sim_clock):
                    "| 0 | 2.500 ms |", "| 1 | 2.500 ms |", "## Regions",
                    "| `aot_module:encoder` | encoder | aot_managed_module | tuned | `aitune_ray.testing.sim.SimAffine` |",
                    "`untuned_module:head.decode`", "(residual)", "## Profiler key averages", f"`{RUN_LABEL}`",
-                   "## Warnings\n\nNone."):
+                   "## Warnings\n\nNo warnings."):
         assert needle in text, needle
     first = result.data["runs"][0]["regions"][0]
     assert f"| 0 | `aot_module:encoder` | 1 | {first['cpu_time_us'] / 1e3:.3f} ms |" in text

@@ -87,7 +87,7 @@ def provider_of(name: Any) -> ONNXExecutionProvider:
     try:
         return ONNXExecutionProvider(name)
     except ValueError:
-        raise ConfigError(f"unknown ONNX Runtime execution provider {name!r}; one of "
+        raise ConfigError(f"Invalid execution_provider: unknown ONNX Runtime execution provider {name!r}; one of "
                           f"{sorted(PROVIDER_ALIASES)} or {[p.value for p in ONNXExecutionProvider]}") from None
 
 

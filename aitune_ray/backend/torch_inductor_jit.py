@@ -59,9 +59,10 @@ class TorchInductorJitBackendConfig(BackendConfig):
     def __post_init__(self):
         check_autocast(self)
         if self.mode is not None and self.mode not in COMPILE_MODES:
-            raise ConfigError(f"mode must be one of {COMPILE_MODES} or None, not {self.mode!r}")
+            raise ConfigError(f"mode must be one of {COMPILE_MODES} or None. Invalid mode: {self.mode!r}")
         if self.mode is not None and self.options:
-            raise ConfigError("torch.compile takes either mode or options, not both")
+            raise ConfigError("Cannot specify both 'mode' and 'options' parameters in config. torch.compile takes "
+                              "either mode or options, not both")
 
 
 class TorchInductorJitBackend(Backend):

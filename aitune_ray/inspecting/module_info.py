@@ -134,7 +134,7 @@ class InspectedModulesInfo:
         """The modules, in the order found; with min_execution_ratio (0 to 1: only those taking at least that
         share of the total time) or limit (at most that many), slowest first instead."""
         if min_execution_ratio is not None and not 0 <= min_execution_ratio <= 1:
-            raise ConfigError(f"min_execution_ratio must be between 0 and 1, got {min_execution_ratio!r}")
+            raise ConfigError(f"min_execution_ratio: value must be between 0 and 1, got {min_execution_ratio!r}")
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ConfigError(f"limit must be a non-negative integer or None, got {limit!r}")
         modules = list(self._modules.values())

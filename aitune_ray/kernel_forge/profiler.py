@@ -170,6 +170,13 @@ class ModuleFunctionKernelProfiler:
     def _collects(self, name: str) -> bool:
         return self.function_names is None or name in self.function_names
 
+    def get_functions_to_patch(self, module: Any = F) -> list[tuple[str, Any]]:
+        """AITune's method: the (name, function) pairs of torch.nn.functional whose calls profile() records
+        (all of them, whatever function_names keeps samples of)."""
+        if module is not F:
+            raise ValueError("only torch.nn.functional's calls are profiled here")
+        return sorted(((name, fn) for fn, name in self._names.items()), key=lambda pair: pair[0])
+
     def profile(self, function: Callable, data: Sequence | None = None, *, module: nn.Module | None = None,
                 warmup_iterations: int = 2, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
         """Run function over data (None: once with no arguments) under the profiler.
@@ -182,9 +189,9 @@ class ModuleFunctionKernelProfiler:
         if module is None and isinstance(function, nn.Module):
             module = function
         if module is None:
-            raise ValueError("module must be given when function is not an nn.Module")
+            raise ValueError("module must be provided when function is not an nn.Module")
         if warmup_iterations < 0:
-            raise ValueError("warmup_iterations must be at least 0")
+            raise ValueError("warmup_iterations must be greater than or equal to 0")
         cuda = uses_cuda(module, data)
         with torch.no_grad():
             for _ in range(warmup_iterations):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from aitune_ray.errors import DatasetError
+from aitune_ray.model.datasets import DynamicShapeDataset, repeated
 
 DEFAULT_BATCH_SIZES = (1, 2)   # AITune 0.6.0's tune() default
 AS_GIVEN_HINT = "pass call_as_given=True to tune() to call the function with each item as given"
@@ -28,7 +29,8 @@ def _stack(values: list, where: str) -> Any:
         shapes = {tuple(v.shape) for v in values}
         if len(shapes) > 1:
             raise DatasetError(f"{where}: items of different shapes {sorted(shapes)} cannot be stacked into one "
-                               f"batch; {AS_GIVEN_HINT}, or give one dataset per shape")
+                               "batch; put the samples in an aitune_ray.dataloader.DynamicShapeDataset (each batch "
+                               f"is then one sample repeated, and every shape is recorded), or {AS_GIVEN_HINT}")
         return torch.stack(values)
     if type(first).__module__ == "numpy" and hasattr(first, "shape"):
         import numpy as np
@@ -90,7 +92,9 @@ class DataLoaderFactory:
 
     def create_dataloader(self, batch_size: int) -> torch.utils.data.DataLoader:
         dataset = self.dataset
-        if len(dataset) < batch_size:   # too few samples for one batch: cycle them to fill it
+        if isinstance(dataset, DynamicShapeDataset):   # samples of different shapes: one per batch, repeated
+            dataset = repeated(dataset, batch_size)
+        elif len(dataset) < batch_size:   # too few samples for one batch: cycle them to fill it
             dataset = [dataset[i % len(dataset)] for i in range(batch_size)]
         collate_fn = self.collate_fn or _default_collate
         return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn,
@@ -172,4 +176,25 @@ def cycled(dataset: Any, count: int) -> DataLoaderFactory:
     items = factory.dataset
     if len(items) == 0:
         raise DatasetError("the dataset is empty: give at least one item")
-    return DataLoaderFactory([items[i % len(items)] for i in range(count)], factory.collate_fn, factory.num_workers)
+    kept = [items[i % len(items)] for i in range(count)]
+    if isinstance(items, DynamicShapeDataset):
+        kept = DynamicShapeDataset(kept)
+    return DataLoaderFactory(kept, factory.collate_fn, factory.num_workers)
+
+
+def samples_generator(dataset: Any, batch_sizes: Iterable[int],
+                      max_num_batches_per_batch_size: int | None = None) -> Iterator[tuple[int, list, dict]]:
+    """AITune's samples_generator: (batch size, args, kwargs) of every batch tune() makes of dataset."""
+    return batches(dataset, list(batch_sizes), max_num_batches_per_batch_size)
+
+
+def ensure_enough_samples(dataset: Any, number_of_samples: int) -> Any:
+    """AITune's ensure_enough_samples: exactly number_of_samples items, from the start again when the dataset
+    has fewer (a list, empty for an empty dataset; a DataLoaderFactory keeps its collate_fn and workers)."""
+    if isinstance(dataset, DataLoaderFactory):
+        return cycled(dataset, number_of_samples)
+    if isinstance(number_of_samples, int) and number_of_samples <= 0:
+        raise DatasetError(f"number_of_samples must be greater than 0, got {number_of_samples}")
+    if isinstance(dataset, Sequence) and not isinstance(dataset, str) and len(dataset) == 0:
+        return []   # nothing to repeat (AITune returns the empty list too)
+    return list(cycled(dataset, number_of_samples).dataset)

@@ -61,5 +61,5 @@ def check_dynamic_shapes(dynamic_shapes: Any) -> None:
             if not isinstance(size, DynamicDim):
                 raise ConfigError(f"axis {axis} of input {path!r} must be a size or a DynamicDim, got {size!r}")
             if seen.setdefault(size.name, size) != size:
-                raise ConfigError(f"dynamic dimension {size.name!r} is defined twice, differently: "
-                                  f"{seen[size.name]!r} and {size!r}")
+                raise ConfigError(f"dynamic dimension {size.name!r} is defined twice, differently (conflicting "
+                                  f"definitions): {seen[size.name]!r} and {size!r}")

@@ -55,12 +55,12 @@ def _attribution(data: dict[str, Any]) -> str:
                          _share(r.get("cpu_time_fraction")), _ms(r.get("device_time_us")),
                          _share(r.get("device_time_fraction"))])
         rest = run["residual"]
-        rows.append([index, "(residual)", "-", _ms(rest.get("cpu_time_us")), _share(rest.get("cpu_time_fraction")),
+        rows.append([index, "_(residual)_", "—", _ms(rest.get("cpu_time_us")), _share(rest.get("cpu_time_fraction")),
                      _ms(rest.get("device_time_us")), _share(rest.get("device_time_fraction"))])
     if not rows:
         return ""
-    return "## Per-run attribution\n\n" + _table(
-        ["Run", "Region", "Calls", "CPU", "CPU share", "Device", "Device share"], rows)
+    return "## Per-Run Attribution\n\n" + _table(
+        ["Run", "Region", "Calls", "CPU", "CPU Fraction", "Device", "Device Fraction"], rows)
 
 
 def _averages(data: dict[str, Any]) -> str:
@@ -78,7 +78,7 @@ def _averages(data: dict[str, Any]) -> str:
 
 def _warnings(data: dict[str, Any]) -> str:
     if not data["warnings"]:
-        return "## Warnings\n\nNone."
+        return "## Warnings\n\nNo warnings."
     rows = [[w["code"], w["source"], w["message"]] for w in data["warnings"]]
     return "## Warnings\n\n" + _table(["Code", "Source", "Message"], rows)
 

@@ -33,7 +33,7 @@ class PerformanceProfile:
     def markdown(self, options: Any | None = None) -> str:
         """The profile as Markdown (AITune takes no options yet either: passing any is refused)."""
         if options is not None:
-            raise ConfigError("PerformanceProfile.markdown: options are not supported")
+            raise ConfigError("PerformanceProfile.markdown: markdown options are not supported yet")
         return render(self.data)
 
     def __str__(self) -> str:

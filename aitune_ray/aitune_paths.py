@@ -1,0 +1,391 @@
+"""AITune 0.6.0's module paths under aitune_ray: `aitune.torch.X.Y` imports as `aitune_ray.X.Y`.
+
+Where this package has a module at that path, it is the module. Every other path is made here, from the
+table below, by an import hook placed after the ordinary finders (so a real module always wins): the module
+holds the objects of this package that stand for AITune's names, and a name of AITune's module with no
+counterpart here fails on use, saying why (`ABSENT`; docs/aitune.md lists the same, generated from it).
+tests/aitune/test_module_paths.py checks every one of AITune's 132 paths and names against a list read
+from AITune's wheel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from typing import Any
+
+from aitune_ray.errors import AbsentNameError
+
+ROOT = "aitune_ray"
+
+# ----- why a name is absent ----------------------------------------------------------------------------------
+NO_MODES = "a backend is built once per candidate: there are no build or execution modes to choose"
+NO_STEPS = ("a backend's build is its _build(module, samples, device, workdir) hook, not a list of build steps; "
+            "subclass Backend and override _build and _infer")
+NO_DUMMY = "AITune's stand-in for its own tests; subclass Backend or TuneStrategy for one"
+TRT_INSIDE = ("TensorRT's builder, runtime, engine info, output allocator, loggers and CUDA graph cache live "
+              "inside TensorRTBackend here; configure them through TensorRTBackendConfig")
+NO_MODELOPT = ("ModelOpt INT8/FP8 quantization for TensorRT is not wired here; ONNXAutoCastConfig (fp16/bf16) "
+               "is, and TorchAOBackend quantizes")
+TORCH_TRT_INSIDE = ("Torch-TensorRT is imported and its logging set inside the Torch-TensorRT backends; a missing "
+                    "library is that candidate's failed build (MissingDependencyError)")
+TORCHAO_NAMES = ("quantization presets are the strings of TorchAOBackendConfig(quantization=...): int8wo, int8dq, "
+                 "fp8wo (the default), fp8dq, mxfp8dq, nvfp4dq")
+ONE_FILE = ("a checkpoint is one verified .ait file (no pickles, no folders of artifacts): "
+            "aitune_ray.save / aitune_ray.load, placed by LocalTorchStorage")
+NO_CONFIG = ("there is no global configuration: options are arguments of the strategies, the backend configs, "
+             "tune() and the executor")
+DATALOADER_COLLATE = ("the default collate returns (args, kwargs) (aitune_ray.model.dataloader.collate); see "
+                      "DataLoaderFactory in docs/aitune.md")
+NO_DISTRIBUTED = ("no multi-rank (torch.distributed) coordination: tuning runs once, its builds spread over Ray "
+                  "actors")
+LOGGING = "logging is configured by the application; this package logs to the logger named by each module"
+INSPECT_INSIDE = "inspect() times modules with aitune_ray.inspecting.finder.ModuleFinder; call inspect()"
+KERNEL_PLAN_DICT = "a plan's dict form is this project's (every candidate's record): use to_dict / from_dict"
+NO_DIFFUSERS = "no diffusers attention integration: kernel providers replace torch.nn.functional calls"
+PROFILER_INSIDE = ("the profiler's helpers are internal to ModuleFunctionKernelProfiler "
+                   "(aitune_ray.kernel_forge.profiler)")
+NO_LIBS = ("AITune's wrappers of CUDA, ONNX export and torch.export: each backend here exports and loads "
+           "what it needs itself")
+ONE_MODULE = ("one Module class whose state (ModuleState: RECORDING, TUNED, EAGER) says what it does, recording "
+              "calls as aitune_ray.model.samples.Sample")
+NO_REGISTRY = "no global module registry: tune(), save() and profile() find the Module wrappers on the object given"
+REGION_LABELS = "profile()'s region labels are aitune_ray.performance.regions.LABELS; its data keys are AITune's"
+ONE_PROCEDURE = ("timing, correctness and the choice are one procedure here (aitune_ray.measure, "
+                 "aitune_ray.decision): screen, confirm, accept; read the results from the TuningReport")
+REPORT = "tune() returns a TuningReport (report.markdown(), report.to_dict())"
+NO_MIXINS = ("strategies here are composed, not mixed in: enable_find_max_batch_size() and "
+             "enable_performance_validation() are methods of every strategy")
+NO_HELPERS = "AITune's internal helpers (devices, memory, paths, shapes, graph breaks) have no public counterpart"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+#: AITune path below aitune.torch -> {this package's module below aitune_ray: the names it gives}. Only paths
+#: with no module of their own here; a module of this package at an AITune path is imported as it is.
+ALIASES: dict[str, dict[str, str]] = {
+    "backend.onnx_runtime_backend": {"backend": "ONNXExecutionProvider ONNXRuntimeBackend ONNXRuntimeBackendConfig"},
+    "backend.tensorrt": {
+        "backend": "ONNXAutoCastConfig ProfileMode TensorRTBackend TensorRTBackendConfig TensorRTProfile"},
+    "backend.tensorrt.cuda_graphs": {},
+    "backend.tensorrt.modelopt_calibration": {},
+    "backend.tensorrt.onnx_autocast": {"backend": "ONNXAutoCastConfig"},
+    "backend.tensorrt.onnx_quantization": {},
+    "backend.tensorrt.tensorrt_backend": {"backend": "ProfileMode TensorRTBackend TensorRTBackendConfig"},
+    "backend.tensorrt.tensorrt_builder": {},
+    "backend.tensorrt.tensorrt_engine_info": {},
+    "backend.tensorrt.tensorrt_profile": {"backend": "TensorRTProfile"},
+    "backend.tensorrt.tensorrt_runtime": {},
+    "backend.tensorrt.torch_output_allocator": {},
+    "backend.tensorrt.torch_quantization": {},
+    "backend.torch_inductor_aot_backend": {"backend": "TorchInductorAotBackend TorchInductorAotBackendConfig"},
+    "backend.torch_inductor_jit_backend": {"backend": "TorchInductorJitBackend TorchInductorJitBackendConfig"},
+    "backend.torch_tensorrt_aot_backend": {"backend": "TorchTensorRTAotBackend TorchTensorRTAotBackendConfig"},
+    "backend.torch_tensorrt_jit_backend": {"backend": "TorchTensorRTJitBackend TorchTensorRTJitBackendConfig"},
+    "backend.torch_tensorrt_logging": {},
+    "checkpoint.artifact": {},
+    "checkpoint.checkpoint": {},
+    "checkpoint.local_torch_storage": {"checkpoint.storage": "LocalTorchStorage"},
+    "checkpoint.storage_tasks": {},
+    "checkpoint.torch_checkpoint": {},
+    "config": {"api.absent": "aitune_cache_dir config"},
+    "dataloader": {"model.dataloader": "DataLoaderFactory ensure_enough_samples samples_generator",
+                   "model.datasets": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset "
+                                     "SingleBatchDatasetWrapper"},
+    "distributed": {},
+    "dynamic_shapes": {"model.dynamic_shapes": "BatchDim DynamicDim"},
+    "inspecting.module_inspector": {},
+    "integrations": {},
+    "integrations.diffusers": {},
+    "integrations.transformers": {},
+    "kernel_forge.kernel_provider.diffusers_attention_provider": {},
+    "kernel_forge.kernel_provider.flash_attention4_provider": {
+        "kernel_forge.kernel_provider.flash_attention4": "FlashAttention4KernelProvider"},
+    "kernel_forge.kernel_provider.sage_attention_provider": {
+        "kernel_forge.kernel_provider.sage_attention": "SageAttentionKernelProvider"},
+    "kernel_forge.kernel_provider.torch_sdpa_provider": {
+        "kernel_forge.kernel_provider.torch_sdpa": "TorchSDPAKernelProvider"},
+    "libs": {},
+    "libs.cuda": {},
+    "libs.cuda.cudart": {},
+    "libs.cuda.memory": {},
+    "libs.onnx": {},
+    "libs.onnx.onnx_exporter": {},
+    "libs.onnx.onnx_model_info": {},
+    "libs.torch": {},
+    "libs.torch.torch_exporter": {},
+    "libs.torch_compile": {},
+    "module": {"api.module": "Module"},
+    "module.exact_sample_metadata": {},
+    "module.forward_signature": {},
+    "module.graph_spec": {},
+    "module.locator": {},
+    "module.passthrough_module": {},
+    "module.recording_module": {},
+    "module.sample_metadata": {},
+    "module.sample_store": {"model.samples": "Sample SampleStore"},
+    "module.tensor_spec": {},
+    "module.tuned_module": {},
+    "module.wrapper_module": {"api.module": "Module ModuleState"},
+    "module_registry": {},
+    "performance.attribution_hooks": {},
+    "performance.context": {},
+    "performance.profile": {"performance.profiling": "PerformanceProfile SCHEMA_VERSION profile"},
+    "performance.runtime_profile": {},
+    "performance.utils": {},
+    "task": {},
+    "task.correctness": {},
+    "task.find_max_batch_size": {},
+    "task.profiling": {},
+    "task.profiling.config": {},
+    "task.profiling.events": {},
+    "task.profiling.measuring_stop_strategy": {},
+    "task.profiling.measuring_strategy": {},
+    "task.profiling.metrics": {},
+    "task.profiling.profiling": {},
+    "task.profiling.profiling_stop_strategy": {},
+    "tune_data": {},
+    "tune_data.report_models": {},
+    "tune_data.reporting": {"api.absent": "snapshot_tuning_data"},
+    "tune_strategy.formatting": {},
+    "tune_strategy.mixin": {},
+    "tune_strategy.mixin.find_max_batch_size_mixin": {},
+    "tune_strategy.mixin.performance_validation_mixin": {},
+    "tune_strategy.multi_backend_strategy": {},
+    "tune_strategy.performance_validation": {"tune_strategy.validation_mode": "PerformanceValidationMode"},
+    "tune_strategy.profiling_tune_strategy": {},
+    "tuning": {"api.tuning": "tune", "checkpoint": "load save"},
+    "utils": {},
+    "utils.cuda_utils": {},
+    "utils.device": {},
+    "utils.graph_break_detector": {},
+    "utils.memory": {},
+    "utils.module": {},
+    "utils.path_utils": {},
+    "utils.shapes": {},
+    "utils.tensor": {},
+}
+
+#: AITune path below aitune.torch ("" for aitune.torch itself) -> ((its names with no counterpart here, why), ...)
+ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
+    "backend": (("ArtifactPath", ONE_FILE), ("BuildMode ExecutionMode", NO_MODES),
+                ("ONNXQuantizationConfig TorchQuantizationConfig", NO_MODELOPT)),
+    "backend.backend": (("BuildMode ExecutionMode", NO_MODES), ("BackendBuildStep", NO_STEPS),
+                        ("DummyBackend", NO_DUMMY)),
+    "backend.tensorrt": (("ONNXQuantizationConfig TorchQuantizationConfig", NO_MODELOPT),),
+    "backend.tensorrt.cuda_graphs": (("CudaGraphCachePolicy CudaGraphProfile TensorRTCudaGraphCache", TRT_INSIDE),),
+    "backend.tensorrt.modelopt_calibration": (("prepare_calibration_data", NO_MODELOPT),),
+    "backend.tensorrt.onnx_autocast": (("MixedPrecision ONNXAutoCast", TRT_INSIDE),),
+    "backend.tensorrt.onnx_quantization": (
+        ("CalibrationMethod ONNXQuantizationConfig ONNXQuantizer QuantizationPrecision", NO_MODELOPT),),
+    "backend.tensorrt.tensorrt_backend": (
+        ("G_LOGGER ONNX_FILE_EXTENSION TRT_ENGINE_FILE_EXTENSION TensorRTBuildStep TensorRTRunner", TRT_INSIDE),),
+    "backend.tensorrt.tensorrt_builder": (("TensorRTBuilder trt", TRT_INSIDE),),
+    "backend.tensorrt.tensorrt_engine_info": (("TensorRTEngineInfo trt", TRT_INSIDE),),
+    "backend.tensorrt.tensorrt_runtime": (
+        ("LOGGING_PREFIX PythonTRTLogger TRT_ENGINE_FILE_EXTENSION TensorRTRuntime trt", TRT_INSIDE),),
+    "backend.tensorrt.torch_output_allocator": (("DTYPE_ELEMENT_SIZE TorchOutputAllocator trt", TRT_INSIDE),),
+    "backend.tensorrt.torch_quantization": (
+        ("HAS_NVFP4_FP8_MHA_CONFIG QuantizationConfig TorchQuantizationConfig TorchQuantizer", NO_MODELOPT),),
+    "backend.torch_inductor_aot_backend": (("TorchInductorAotBuildStep", NO_STEPS),),
+    "backend.torch_tensorrt_aot_backend": (("TorchTensorRTAotBuildStep", NO_STEPS),
+                                           ("assert_torch_tensorrt", TORCH_TRT_INSIDE)),
+    "backend.torch_tensorrt_jit_backend": (("assert_torch_tensorrt", TORCH_TRT_INSIDE),),
+    "backend.torch_tensorrt_logging": (("torch_tensorrt_errors torch_tensorrt_warnings", TORCH_TRT_INSIDE),),
+    "backend.torchao_backend": (
+        ("DEFAULT_QUANTIZATION MXFP8DQ_BLOCK_SIZE_DIVISIBILITY NVFP4DQ_BLOCK_SIZE_DIVISIBILITY QuantizationType",
+         TORCHAO_NAMES),),
+    "checkpoint.artifact": (("ArtifactPath", ONE_FILE),),
+    "checkpoint.checkpoint": (("Checkpoint", ONE_FILE),),
+    "checkpoint.storage": (("Storage", ONE_FILE),),
+    "checkpoint.storage_tasks": (
+        ("AIT_EXTENSION CopyBackendArtifactsTask LoadTask MakeFolderTask RelocateBackendArtifactsTask "
+         "RemoveFolderTask STATE_DICT_FILE SaveTask ShaSumsLoadTask ShaSumsSaveTask TorchLoadTask TorchSaveTask "
+         "UnzipLoadTask ZipSaveTask calculate_file_sha_hash check_checkpoint_valid get_sha_sums_path "
+         "torch_load_with_custom_types", ONE_FILE),),
+    "checkpoint.torch_checkpoint": (("TorchCheckpoint", ONE_FILE),),
+    "config": (("AITuneConfig AITuneMode DEFAULT_DEVICE_AFTER_TUNING DEFAULT_MAX_NUM_SAMPLES_STORED "
+                "DEFAULT_MIN_NUM_SAMPLES DEFAULT_TUNING_DATA_OUTPUT_PATH", NO_CONFIG),),
+    "dataloader": (("default_data_collator", DATALOADER_COLLATE),),
+    "distributed": (("DistributedContext DistributedCoordinator DistributedOutcome coordinator "
+                     "distributed_cache_dir distributed_context distributed_output_path resolve_tuning_device",
+                     NO_DISTRIBUTED),),
+    "inspecting.inspecting": (("LOG_FORMAT", LOGGING),),
+    "inspecting.module_inspector": (("DEFAULT_INSPECT_DEBUG DEFAULT_INSPECT_DEBUG_RAISE DEFAULT_MAX_RECURSION_DEPTH "
+                                     "InspectContext ModuleInspector", INSPECT_INSIDE),),
+    "inspecting.wrapping": (("LOG_FORMAT", LOGGING),),
+    "integrations": (("is_integration_distributed_module register_distributed_module_detector", NO_DISTRIBUTED),),
+    "kernel_forge.kernel_optimization_plan": (("PROVIDERS_KEY", KERNEL_PLAN_DICT),),
+    "kernel_forge.kernel_provider": (("DiffusersAttentionBackend DiffusersAttentionKernelProvider", NO_DIFFUSERS),),
+    "kernel_forge.kernel_provider.diffusers_attention_provider": (
+        ("DiffusersAttentionBackend DiffusersAttentionKernelProvider", NO_DIFFUSERS),),
+    "kernel_forge.module_function_kernel_profiler": (
+        ("FUNCTIONAL_PREFIX FunctionData MODULE_PREFIX get_tensor_size", PROFILER_INSIDE),),
+    "libs.cuda.cudart": (("cudart", NO_LIBS),),
+    "libs.cuda.memory": (("memcpy_to_torch", NO_LIBS),),
+    "libs.onnx.onnx_exporter": (("ONNXExporter ONNX_FILE_EXTENSION", NO_LIBS),),
+    "libs.onnx.onnx_model_info": (("ONNXModelInfo ONNXPrecision ONNX_DTYPE_TO_PRECISION", NO_LIBS),),
+    "libs.torch": (("TorchExportResult TorchExporter", NO_LIBS),),
+    "libs.torch.torch_exporter": (("TorchExportResult TorchExporter", NO_LIBS),),
+    "libs.torch_compile": (("TorchCompileMode resolve_compile_dynamic", NO_LIBS),),
+    "module.exact_sample_metadata": (("ExactSampleMetadata", ONE_MODULE),),
+    "module.forward_signature": (("ForwardInputPath ForwardParameter ForwardSignature validate_forward_input_path",
+                                  ONE_MODULE),),
+    "module.graph_spec": (("GraphSpec", ONE_MODULE),),
+    "module.locator": (("Locator ObjectType get_class_data_fields_cached get_class_fields_set_cached "
+                        "get_object_fields", NO_REGISTRY),),
+    "module.passthrough_module": (("PassthroughModule", ONE_MODULE),),
+    "module.recording_module": (("INPUT_METADATA_PREFIX OUTPUT_METADATA_PREFIX RecordingModule", ONE_MODULE),),
+    "module.sample_metadata": (("SampleMetadata batch_tensor", ONE_MODULE),),
+    "module.tensor_spec": (("InfoLevel TensorSpec", ONE_MODULE),),
+    "module.tuned_module": (("TunedModule", ONE_MODULE),),
+    "module.wrapper_module": (("DEFAULT_STRATEGY StrategyList StrategyMap get_object_name sanitize_model_name",
+                               ONE_MODULE),),
+    "module_registry": (("MODULE_REGISTRY ModuleRegistry", NO_REGISTRY),),
+    "performance.context": (("AOT_MODULE_REGION_PREFIX PROFILED_RUN_REGION_NAME UNTUNED_MODULE_REGION_PREFIX",
+                             REGION_LABELS),),
+    "performance.markdown": (("ReportDict", REGION_LABELS),),
+    "performance.runtime_profile": (("PROFILER_KEY_AVERAGES_ROW_LIMIT", REGION_LABELS),),
+    "task": (("MeasuringStopStrategy MeasuringStrategy ModelExecutionTimeMeasuringStrategy "
+              "NumStepsMeasuringStopStrategy ProfilingConfig ProfilingResultEvent ProfilingResults ProfilingStatus "
+              "StableWindowMeasuringStopStrategy get_inference_events profile", ONE_PROCEDURE),),
+    "task.correctness": (("CorrectnessDynamicShapeError CorrectnessInputMutationError CorrectnessTensorShapeError "
+                          "CorrectnessValueError check_dynamic_shape_boundary_inference "
+                          "check_inference_output_correctness", ONE_PROCEDURE),),
+    "task.find_max_batch_size": (("find_max_batch_size find_max_throughput_for_backend "
+                                  "get_throughput_per_batch_size", NO_MIXINS),),
+    "task.profiling": (("AllSamplesProfilingStopStrategy MeasuringStopStrategy MeasuringStrategy "
+                        "ModelExecutionTimeMeasuringStrategy NumStepsMeasuringStopStrategy ProfilingConfig "
+                        "ProfilingResultEvent ProfilingResults ProfilingStatus ProfilingStopStrategy "
+                        "StableWindowMeasuringStopStrategy ThroughputSaturatedProfilingStopStrategy get_throughput "
+                        "is_throughput_saturated profile", ONE_PROCEDURE),),
+    "task.profiling.config": (("ProfilingConfig", ONE_PROCEDURE),),
+    "task.profiling.events": (("ProfilingResultEvent get_inference_events", ONE_PROCEDURE),),
+    "task.profiling.measuring_stop_strategy": (
+        ("MeasuringStopStrategy NumStepsMeasuringStopStrategy StableWindowMeasuringStopStrategy", ONE_PROCEDURE),),
+    "task.profiling.measuring_strategy": (("MeasuringStrategy ModelExecutionTimeMeasuringStrategy", ONE_PROCEDURE),),
+    "task.profiling.metrics": (("get_batch_size get_latency get_mean_executions_per_second get_throughput "
+                                "is_throughput_saturated", ONE_PROCEDURE),),
+    "task.profiling.profiling": (("ProfilingResults ProfilingStatus profile profile_backend", ONE_PROCEDURE),),
+    "task.profiling.profiling_stop_strategy": (
+        ("AllSamplesProfilingStopStrategy ProfilingStopStrategy ThroughputSaturatedProfilingStopStrategy",
+         ONE_PROCEDURE),),
+    "tune_data.report_models": (("BackendBuildReport ExceptionInfo GraphTuneReport ModuleInspectionReport "
+                                 "ModuleTuneReport SCHEMA_VERSION TuneRunReport", REPORT),),
+    "tune_data.reporting": (("has_active_report report_backend_build report_backend_metric "
+                             "report_graph_baseline_metric report_graph_tune report_inspection_details "
+                             "report_module_tune report_tune_run report_tune_run_end report_tune_run_start "
+                             "snapshot_config", REPORT),),
+    "tune_strategy.formatting": (("fmt_speedup_comparison fmt_speedup_msg fmt_speedup_msg_short", REPORT),),
+    "tune_strategy.latency_budget_strategy": (("LatencyBudgetProfilingResult", REPORT),),
+    "tune_strategy.max_throughput_strategy": (("MaxThroughputProfilingResult", REPORT),),
+    "tune_strategy.min_latency_strategy": (("MinLatencyProfilingResult", REPORT),),
+    "tune_strategy.mixin": (("FindMaxBatchSizeMixin PerformanceValidationMixin PerformanceValidationMixinResult",
+                             NO_MIXINS),),
+    "tune_strategy.mixin.find_max_batch_size_mixin": (("FindMaxBatchSizeMixin", NO_MIXINS),),
+    "tune_strategy.mixin.performance_validation_mixin": (
+        ("PerformanceValidationMixin PerformanceValidationMixinResult", NO_MIXINS),),
+    "tune_strategy.multi_backend_strategy": (("MultiBackendStrategy", NO_MIXINS),),
+    "tune_strategy.profiling_tune_strategy": (("BackendPerfResult BackendProfilingResult ProfilingTuneStrategy",
+                                               ONE_PROCEDURE),),
+    "tune_strategy.tune_strategy": (("DummyTuneStrategy", NO_DUMMY),),
+    "tuning": (("LOG_FORMAT", LOGGING),),
+    "utils.cuda_utils": (("assert_is_available get_device is_available set_device synchronize", NO_HELPERS),),
+    "utils.device": (("get_device", NO_HELPERS),),
+    "utils.graph_break_detector": (("GraphBreakDetector", NO_HELPERS),),
+    "utils.memory": (("cleanup_memory cpu_cleanup cpu_cleanup_low_level gpu_cleanup release_transient_memory",
+                      NO_HELPERS),),
+    "utils.module": (("count_parameters format_num_parameters get_forward_arguments_names get_module_device "
+                      "is_distributed_module move_module_to_device move_tensors_to_device offload "
+                      "offload_after_tuning", NO_HELPERS),),
+    "utils.path_utils": (("MAX_FILENAME_BYTES format_file_size get_file_size sanitize_filename", NO_HELPERS),),
+    "utils.shapes": (("axis_dims_for_shape_definition axis_dims_for_tensor build_dynamic_shapes log_dynamic_shapes "
+                      "make_batch_dim prepare_export_sample", NO_HELPERS),),
+    "utils.tensor": (("format_tensor_name none_at_tensors", NO_HELPERS),),
+}
+
+
+def absent_names(path: str) -> dict[str, str]:
+    """AITune's names at path (below aitune.torch) with no counterpart here -> why."""
+    return {name: why for names, why in ABSENT.get(path, ()) for name in _names(names)}
+
+
+def alias_names(path: str) -> dict[str, str]:
+    """The names an alias module at path gives -> the module of this package that holds each."""
+    return {name: f"{ROOT}.{module}" for module, names in ALIASES.get(path, {}).items() for name in _names(names)}
+
+
+def _local(fullname: str) -> str | None:
+    return fullname[len(ROOT) + 1:] if fullname.startswith(ROOT + ".") else None
+
+
+def _is_package(path: str) -> bool:
+    return any(other.startswith(path + ".") for other in ALIASES)
+
+
+class _AliasModule(types.ModuleType):
+    """A module made from the table: AITune's names here; an absent name, imported or read, raises
+    AbsentNameError (an ImportError) with the reason."""
+
+    def __getattr__(self, name: str) -> Any:
+        why = absent_names(self.__dict__.get("_aitune_path", "")).get(name)
+        if why is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        aitune = "aitune.torch." + self._aitune_path
+        raise AbsentNameError(f"AITune's {aitune}.{name} has no counterpart in {ROOT}: {why}", name=name)
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _AliasModule(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        path = _local(module.__name__)
+        names = alias_names(path)
+        module.__dict__["_aitune_path"] = path
+        module.__doc__ = (f"AITune's module path aitune.torch.{path}: its names that this package has "
+                          f"(aitune_ray.aitune_paths).")
+        for name, source in names.items():
+            setattr(module, name, getattr(importlib.import_module(source), name))
+        module.__all__ = sorted(names)
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Finds AITune's paths that have no module of their own here; placed after the ordinary finders."""
+
+    loader = _AliasLoader()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        local = _local(fullname)
+        if local is None or local not in ALIASES:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, self.loader, is_package=_is_package(local))
+        if spec.submodule_search_locations is not None:
+            spec.submodule_search_locations = []
+        return spec
+
+
+_FINDER = _AliasFinder()
+
+
+def install() -> None:
+    """Put the finder on sys.meta_path (once). A path whose name its parent already uses for something else
+    (aitune_ray.config, aitune_ray.performance.profile) is made now and left off its parent, so importing
+    it later does not replace the parent's attribute (AITune's packages behave the same)."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)
+    for local in ALIASES:
+        fullname = f"{ROOT}.{local}"
+        parent, _, child = fullname.rpartition(".")
+        held = getattr(sys.modules.get(parent), child, None)
+        if fullname not in sys.modules and held is not None and not isinstance(held, types.ModuleType):
+            spec = _FINDER.find_spec(fullname)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[fullname] = module
+            spec.loader.exec_module(module)
