@@ -60,6 +60,9 @@ ONE_PROCEDURE = ("timing, correctness and the choice are one procedure here (ait
 REPORT = "tune() returns a TuningReport (report.markdown(), report.to_dict())"
 NO_MIXINS = ("strategies here are composed, not mixed in: enable_find_max_batch_size() and "
              "enable_performance_validation() are methods of every strategy")
+JIT_INSPECT = ("INSPECT mode's report (the module hierarchy with each module's calls, state and time) is written by "
+               "aitune_ray.jit.inspection.save_report; a module with a graph break (torch._dynamo.explain) stays "
+               "eager and its children are tried, with no exception raised")
 NO_HELPERS = "AITune's internal helpers (devices, memory, paths, shapes, graph breaks) have no public counterpart"
 
 
@@ -95,6 +98,9 @@ ALIASES: dict[str, dict[str, str]] = {
     "checkpoint.storage_tasks": {},
     "checkpoint.torch_checkpoint": {},
     "config": {"api.absent": "aitune_cache_dir config"},
+    "jit.html_generator": {},
+    "jit.inspect_module": {"jit.patched": "ModuleState"},
+    "jit.patched_module": {"jit.patched": "ModuleState PatchedModule"},
     "dataloader": {"model.dataloader": "DataLoaderFactory ensure_enough_samples samples_generator",
                    "model.datasets": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset "
                                      "SingleBatchDatasetWrapper"},
@@ -193,6 +199,11 @@ ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
     "backend.tensorrt.torch_output_allocator": (("DTYPE_ELEMENT_SIZE TorchOutputAllocator trt", TRT_INSIDE),),
     "backend.tensorrt.torch_quantization": (
         ("HAS_NVFP4_FP8_MHA_CONFIG QuantizationConfig TorchQuantizationConfig TorchQuantizer", NO_MODELOPT),),
+    "jit.html_generator": (("HTMLGenerator", JIT_INSPECT),),
+    "jit.inspect_module": (("InspectModule PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER get_type_info",
+                            JIT_INSPECT),),
+    "jit.patched_module": (("GraphBreakException PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER",
+                            JIT_INSPECT),),
     "backend.torch_inductor_aot_backend": (("TorchInductorAotBuildStep", NO_STEPS),),
     "backend.torch_tensorrt_aot_backend": (("TorchTensorRTAotBuildStep", NO_STEPS),
                                            ("assert_torch_tensorrt", TORCH_TRT_INSIDE)),

@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
     if argv == ["--docs"]:
         DOCS.write_text(splice(DOCS.read_text(), docs_section()))
         return 0
-    if len(argv) != 1:
+    if len(argv) != 1 or argv[0].startswith("-") or not (Path(argv[0]) / "aitune" / "torch").is_dir():
         print(__doc__)
         return 2
     modules = module_list(Path(argv[0]))
