@@ -2,6 +2,7 @@
 library times anything, and a later check that disagrees with the decision is named as a measurement problem."""
 
 import ast
+import os
 import pathlib
 
 import pytest
@@ -156,3 +157,30 @@ def test_eager_spread_against_itself_makes_the_host_unfit():
     assert verdict.kind == UNFIT_VERDICT and verdict.chosen is None and "quiet host" in verdict.why
     steady = Session(eager=eager, control={8: [e * 1.01 for e in eager[8]]}, candidates={"c": candidate})
     assert decide(steady, ["c"], {8: 1}, Rule(noise_tolerance=5.0)).chosen == "c"
+
+
+def test_a_ray_actors_sessions_run_in_the_users_thread_count(tmp_path):
+    ray = pytest.importorskip("ray")
+    from aitune_ray.cluster import RayExecutor
+    from tests.ray_helpers import BUSY_HOST, FastBackend, HelperConfig, ThreadSpy
+
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"))
+                                                                     if p)}})
+    try:
+        spy = tmp_path / "threads"
+        strategy = ait.MaxThroughputStrategy([FastBackend(HelperConfig())], measure_config=QUICK, **BUSY_HOST)
+        module = ait.Module(ThreadSpy(str(spy)), name="spy", strategy=strategy)
+        with torch.no_grad():
+            for bs in (1, 4):
+                module(torch.randn(bs, 8))
+        spy.unlink()
+        executor = RayExecutor(remeasure_rounds=3, max_actors=1, cpus_per_actor=1, warm_up="off", task_timeout_s=120)
+        with executor:
+            report = tune_modules([module], device="cpu", executor=executor, serving_threads=2).modules[0]
+        in_actor = [line.split() for line in spy.read_text().splitlines() if line.split()[0] != str(os.getpid())]
+        assert in_actor and {threads for _, threads in in_actor} == {"2"}   # the actor itself has 1
+        assert report.measured_in == "cpu with 2 torch threads"
+    finally:
+        ray.shutdown()
