@@ -125,3 +125,10 @@ def test_logs_are_kept_beside_the_report_and_only_existing_ones_linked(tmp_path)
     again = render_run_file(written["json"], tmp_path / "elsewhere")   # the link still resolves there
     assert (tmp_path / "elsewhere" / "job-logs" / "actor0.1.log").exists()
     assert "(job-logs/actor0.1.log)" in again["md"].read_text()
+
+
+def test_the_answer_says_in_which_context_its_figures_hold():
+    report = module_report(module())
+    report.measured_in = "cpu with 2 torch threads"
+    assert answer(report).endswith("(bs 2 1.5x [1.3, 1.7], bs 8 1.2x [1.05, 1.4]; 95% intervals; measured on cpu "
+                                   "with 2 torch threads).")
