@@ -146,6 +146,8 @@ def main() -> None:
     if kept:
         verdict += f"; kept eager in: {', '.join(r['executor'] for r in kept)}"
     lines += ["", f"Answer: {verdict}."]
+    for r in runs:   # the record names no folder of this machine
+        r["checkpoint"] = Path(r["checkpoint"]).name
     publish("\n".join(lines), args.out, {"threads": args.threads, "runs": runs, "user_loop": loop,
                                          "overlap": agree}, "figures_agree")
 
