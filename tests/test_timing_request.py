@@ -149,9 +149,9 @@ def test_eager_spread_against_itself_makes_the_host_unfit():
     rounds = 40
     eager = {8: [1.0 + 0.01 * (i % 3) for i in range(rounds)]}
     candidate = {8: [0.5 + 0.01 * (i % 2) for i in range(rounds)]}
-    # the control (eager again) reads 1x in half the rounds and 4x in the other half: with a tolerance this
+    # the control (eager again) reads 1x in half the rounds and 20x in the other half: with a tolerance this
     # wide its interval still holds 1, but no figure of this session holds anywhere
-    jumpy = Session(eager=eager, control={8: [e * (1.0 if i % 2 else 4.0) for i, e in enumerate(eager[8])]},
+    jumpy = Session(eager=eager, control={8: [e * (1.0 if i % 2 else 20.0) for i, e in enumerate(eager[8])]},
                     candidates={"c": candidate})
     verdict = decide(jumpy, ["c"], {8: 1}, Rule(noise_tolerance=5.0))
     assert verdict.kind == UNFIT_VERDICT and verdict.chosen is None and "quiet host" in verdict.why
