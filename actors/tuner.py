@@ -22,6 +22,7 @@ import torch
 
 from actors.setup import describe, open_log, process_started_at, start_warm_up
 from aitune_ray.records.failures import pack_exception
+from aitune_ray.measure.request import set_process_kind
 from aitune_ray.measure.turns import shares_gpu
 from aitune_ray.records.results import CandidateJob
 from aitune_ray.worker.core import Worker, device_for
@@ -46,6 +47,7 @@ class TunerActor:
     def __init__(self, slot: int, log_path: str, limit_bytes: int, artifact_dir: str | None = None,
                  warm_up: str = "compile", gpu_share: float = 1.0, turns: bool = False):
         started = time.time()
+        set_process_kind("actor")   # the sessions timed here say so
         self.slot, self.log_path, self.limit_bytes, self.artifact_dir = slot, log_path, limit_bytes, artifact_dir
         self._log = open_log(log_path)
         self._identity = {**describe(slot), "log_path": log_path, "started_at": started,
@@ -91,9 +93,10 @@ class TunerActor:
     def release(self, name: str, key: str) -> None:
         self.worker.release(name, key)
 
-    def baseline(self, name: str, box: list, intent: str, measure: dict) -> dict[int, dict]:
+    def baseline(self, name: str, box: list, intent: str, request: dict) -> dict[int, dict]:
+        """Eager timed here as request (a TimingRequest's dict, in the user's serving context) says."""
         self._load(name, box, intent)
-        return self.worker.baseline(name, measure)
+        return self.worker.baseline(name, request)
 
     def run(self, name: str, box: list, intent: str, job: dict) -> dict:
         """One candidate. Returns {"result": BuildResult dict, "refs": {name: ref} of artifacts too large to
@@ -107,11 +110,12 @@ class TunerActor:
         return {"result": result.to_dict(), "refs": refs, "exception": pack_exception(result.exception),
                 "began_at": began_at, "ended_at": time.time()}
 
-    def confirm(self, name: str, box: list, intent: str, finalists: list[dict], rounds: int,
-                measure: dict | None = None) -> dict:
-        """The confirm session of the finalists ({"key", "spec", "state", "artifacts"}) here (Worker.confirm)."""
+    def confirm(self, name: str, box: list, intent: str, finalists: list[dict], request: dict) -> dict:
+        """The confirm session of the finalists ({"key", "spec", "state", "artifacts"}) here (Worker.confirm), as
+        request (a TimingRequest's dict) says: this actor runs it with the request's torch thread count (the
+        user's), and its own again after."""
         self._load(name, box, intent)
-        return self.worker.confirm(name, finalists, rounds, measure)
+        return self.worker.confirm(name, finalists, request)
 
     def forge(self, task: str, box: list, intent: str, *args: Any) -> dict:
         """A kernel-forge task (benchmark, generate, original, interleaved; see aitune_ray.kernel_forge.tasks)

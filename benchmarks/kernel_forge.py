@@ -43,7 +43,8 @@ from aitune_ray.kernel_forge import (FlashAttention4KernelProvider, FunctionSamp
                                      SageAttentionKernelProvider, TorchSDPAKernelProvider, benchmark_original,
                                      benchmark_provider)
 from aitune_ray.records.imports import short_name  # noqa: E402
-from aitune_ray.measure.timing import MeasureConfig, measure_interleaved  # noqa: E402
+from aitune_ray.measure.request import TimingRequest  # noqa: E402
+from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from results_table import publish  # noqa: E402
 
 SDPA = "scaled_dot_product_attention"
@@ -136,9 +137,9 @@ def run_shape(text: str, device: torch.device, dtype: torch.dtype, executor, del
                                            for p in (r.state.get("kernel_plan") or {}).get("results", [])]}
                               for r in results if r.state]
     eager = Attention(causal).eval().to(device)
-    timings = measure_interleaved({"eager": lambda: eager(q, k, v), "tuned": lambda: wrapped(q, k, v)}, device,
-                                  shape[0], rounds=ROUNDS)
-    row["eager_module_ms"], row["tuned_ms"] = timings["eager"].median_ms, timings["tuned"].median_ms
+    group = {"eager": lambda: eager(q, k, v), "tuned": lambda: wrapped(q, k, v)}
+    timings = TimingRequest.paired("kernel-confirm", device, rounds=ROUNDS).run_groups({shape[0]: group}, device).timings
+    row["eager_module_ms"], row["tuned_ms"] = timings["eager"][shape[0]].median_ms, timings["tuned"][shape[0]].median_ms
     row["speedup"] = row["eager_module_ms"] / row["tuned_ms"]
     judge(row)
     return row

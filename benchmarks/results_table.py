@@ -278,6 +278,25 @@ def jit_throughput_rows(result: dict) -> list[dict]:
              "after jit / eager": result["after_switch_jit_over_eager"]}]
 
 
+def figures_agree_rows(result: dict) -> list[dict]:
+    """figures_agree.py: a row per run (inline, Ray) and one for the user's loop, and whether they overlap."""
+    def span(i):
+        return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
+
+    rows = [{"where": r["executor"], "chosen": r.get("chosen", "failed"), "speedup [95%]": span(r.get("interval")),
+             "measured in": r.get("measured_in", ""),
+             "as loaded": ((r.get("as_loaded") or {}).get("agreement") or "-")} for r in result.get("runs", [])]
+    loop = result.get("user_loop")
+    if loop:
+        rows.append({"where": f"user's loop, {loop['threads']} threads", "chosen": loop["backend"],
+                     "speedup [95%]": span(loop["interval"]), "measured in": f"cpu with {loop['threads']} torch threads",
+                     "as loaded": "-"})
+    agree = result.get("overlap")
+    for row in rows:
+        row["all overlap"] = "yes" if agree else "NO" if agree is False else "-"
+    return rows
+
+
 def zoo_rows(result: dict) -> list[dict]:
     """zoo.py: a row per model, a cell per backend (build, correct, round trip, speedup; or the failure, whose
     and what), then the totals per backend (passes of runs)."""
@@ -349,6 +368,8 @@ QUESTIONS = (
      resume_rows),
     ("jit_throughput", "Does a program keep its pace while it is tuned just in time, and when does it switch?",
      "python benchmarks/jit_throughput.py --model mlp --out OUT", jit_throughput_rows),
+    ("figures_agree", "Do inline, Ray and a user's loop read the same speedup, in the stated serving context?",
+     "python benchmarks/figures_agree.py --out OUT/agree.md", figures_agree_rows),
     ("zoo", "Which real models tune end to end, on which backends? (pass: built, correct in type and every "
      "tensor, and equal after ait.save + ait.load into a fresh model; failures: library = the backend's own "
      "library raised it, here = this project; the speedup is the tuner's short confirm session, not a user's loop: "

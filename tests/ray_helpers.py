@@ -158,3 +158,18 @@ class WeightsAotBackend(Backend):
 
     def _artifacts(self):
         return {"weights.pt": self._path}
+
+
+class ThreadSpy(torch.nn.Module):
+    """A linear layer that writes, at every call, its process id and torch thread count to a file."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(8, 8)
+        self.path = path
+
+    def forward(self, x):
+        with open(self.path, "a") as out:
+            out.write(f"{os.getpid()} {torch.get_num_threads()}\n")
+        return self.linear(x)

@@ -10,7 +10,7 @@ import torch
 
 from aitune_ray.measure import correctness, timing
 from aitune_ray.measure.correctness import compare_outputs, default_tolerance
-from aitune_ray.measure.timing import MeasureConfig, Timing, measure, measure_interleaved, profile_samples
+from aitune_ray.measure.timing import MeasureConfig, Timing, measure, profile_samples
 from aitune_ray.model.samples import Sample, SampleStore
 
 
@@ -349,26 +349,6 @@ def test_profile_samples_times_each_batch_size_separately():
     cfg = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_seconds=0.2)
     timings = profile_samples(call, store, CPU, cfg)
     assert timings[6].median_ms > 3 * timings[1].median_ms
-
-
-def test_measure_interleaved_alternates_and_times_each():
-    order = []
-
-    def make(name, delay):
-        def fn():
-            order.append(name)
-            if delay:
-                time.sleep(delay)
-        return fn
-
-    fns = {"a": make("a", 0.0), "b": make("b", 0.003), "c": make("c", 0.0)}
-    result = measure_interleaved(fns, CPU, batch_size=2, rounds=6, warmup_runs=2, burst_ms=0)
-    assert order[:6] == ["a", "a", "b", "b", "c", "c"]          # warm-up, each in turn
-    assert order[6:] == ["a", "b", "c"] * 6                     # then A B C A B C ...
-    assert set(result) == {"a", "b", "c"}
-    assert all(t.runs == 6 and t.batch_size == 2 for t in result.values())
-    assert result["b"].median_ms > 2.0
-    assert result["b"].median_ms > 5 * result["a"].median_ms
 
 
 def test_bursts_last_the_target_and_hold_a_few_calls_at_least(fake_clock, monkeypatch):

@@ -45,7 +45,8 @@ def test_markdown_answers_first_then_a_narrow_summary_and_details(quick_report):
     assert lines[0].startswith("# aitune-ray report")
     # the figures are this host's; where it was unfit to measure on, the answer says so too
     assert re.fullmatch(r"\*\*mlp: deploy TorchEagerBackend: [0-9.]+x( \[[0-9., ]+\])? as fast as eager over the "
-                        r"recorded calls \(bs 4 [0-9.]+x.*, bs 16 [0-9.]+x.*; 95% intervals\)\.( Measured on a host "
+                        r"recorded calls \(bs 4 [0-9.]+x.*, bs 16 [0-9.]+x.*; 95% intervals; measured on cpu with [0-9]+ torch "
+                        r"threads?\)\.( Measured on a host "
                         r"unfit to measure on: see 'Host' below\.)?\*\*", lines[1]), lines[1]
     head = table_rows(text, "candidate")[0]
     assert head == ["candidate", "verdict", "speedup [95% interval]", "bs 4", "bs 16"]

@@ -216,3 +216,10 @@ def test_keep_eager_says_no_candidate_was_shown_faster_when_screening_pruned_the
     for result in failed["results"]:
         result["status"] = "error"
     assert answer(module_report(failed)) == "enc: keep eager (no candidate built and ran correctly)."
+
+
+def test_the_answer_says_in_which_context_its_figures_hold():
+    report = module_report(module())
+    report.measured_in = "cpu with 2 torch threads"
+    assert answer(report).endswith("(bs 2 1.5x [1.3, 1.7], bs 8 1.2x [1.05, 1.4]; 95% intervals; measured on cpu "
+                                   "with 2 torch threads).")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import logging
@@ -15,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from aitune_ray.measure.request import ServingContext
 from aitune_ray.model.dataloader import batches
 from aitune_ray.worker.seam import Executor, TuneContext
 from aitune_ray.runtime.device import resolve_device
@@ -87,7 +89,9 @@ def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
     local = device if device.type == "cpu" or torch.cuda.is_available() else torch.device("cpu")
     module.module.to(local)
     samples = module.samples.to(local)
-    context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config)
+    serving = getattr(module, "serving", None) or ServingContext.of_this_process()
+    context = TuneContext(module.name, module.module, samples, device, measure=strategy.measure_config,
+                          serving=serving)
     logger.info("tuning %s on %s with %s: %d samples, batch sizes %s", module.name, device, strategy.name,
                 len(samples), samples.batch_sizes())
     try:
@@ -121,14 +125,29 @@ def _release_workdir(workdir: Path, users: list) -> None:
             user._workdir = holder   # noqa: SLF001 - a reference, nothing else
 
 
+def serving_context(serving_threads: int | None = None) -> ServingContext:
+    """The serving context the figures must hold in: serving_threads torch threads (None: this process's
+    torch.get_num_threads() now), in the process that calls tune()."""
+    if serving_threads is None:
+        return ServingContext.of_this_process()
+    if isinstance(serving_threads, bool) or not isinstance(serving_threads, int) or serving_threads < 1:
+        raise ConfigError(f"serving_threads takes a positive int (torch threads) or None, got {serving_threads!r}")
+    return dataclasses.replace(ServingContext.of_this_process(), torch_threads=serving_threads)
+
+
 def tune_modules(modules: Iterable, device=None, executor: Executor | str | None = None,
-                 raise_errors: bool = False, run_dir=None) -> TuningReport:
+                 raise_errors: bool = False, run_dir=None, *, serving_threads: int | None = None) -> TuningReport:
     """Tune the modules: all at once on an executor with one job-level schedule (every module's work in
     one queue, each module deciding as soon as its own work is done), else one after another. A module that
     fails stays eager, with the reason logged and reported; it never stops another.
-    run_dir: a run folder (path or aitune_ray.executors.run_dir.RunFolder) that journals the run and resumes it."""
+    run_dir: a run folder (path or aitune_ray.executors.run_dir.RunFolder) that journals the run and resumes it.
+    serving_threads: the torch thread count the module is served with (None: this process's, now); every
+    confirm session runs with it, on every executor, and the report says so (docs/measurement.md)."""
     modules = list(modules)
     _unique_names(modules)
+    serving = serving_context(serving_threads)
+    for module in modules:
+        module.serving = serving
     with _opened(executor, device) as executor:
         if run_dir is not None:
             from aitune_ray.executors.run_dir import journaled
@@ -349,7 +368,8 @@ def _dry_run(modules: list, device) -> TuningReport:
 def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
          max_num_batches_per_batch_size: int | None = None, device=None, dry_run: bool = False,
          disable_external_logging: bool = False, clear_cache: bool = False, ignore_failing_modules: bool = True,
-         *, call_as_given: bool = False, executor: Executor | str | None = None, run_dir=None) -> TuningReport:
+         *, call_as_given: bool = False, executor: Executor | str | None = None, run_dir=None,
+         serving_threads: int | None = None) -> TuningReport:
     """Record every wrapped Module that func reaches on the dataset, then tune each one. Returns a
     TuningReport (AITune's tune() returns None).
 
@@ -365,7 +385,11 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
     clear_cache: accepted for AITune code; nothing is cached between runs here (work folders are
     removed after each run; a run folder is cleared by giving a new run_dir).
     run_dir: a folder where each candidate's result is written as soon as it finishes (with the samples
-    and the eager baseline); when it holds an earlier run of the same model, only what is missing runs."""
+    and the eager baseline); when it holds an earlier run of the same model, only what is missing runs.
+    serving_threads: the torch thread count the model is served with (None: torch.get_num_threads() of
+    this process when tune() is called). Every figure the report gives as the answer was measured with it,
+    on every executor (a Ray actor sets it for the session); the report states it."""
+    serving = serving_context(serving_threads)
     _check_tune_arguments(batch_sizes, max_num_batches_per_batch_size, call_as_given)
     if clear_cache:
         logger.info("clear_cache: nothing to clear, no build is cached between runs")
@@ -381,7 +405,7 @@ def tune(func: Callable, dataset: Any, batch_sizes: list[int] | None = None,
             modules = _record(func, calls)
             find_max_batch_sizes(modules, device, local=local)
             report = tune_modules(modules, device=device, executor=executor, run_dir=run_dir,
-                                  raise_errors=not ignore_failing_modules)
+                                  raise_errors=not ignore_failing_modules, serving_threads=serving.torch_threads)
     from aitune_ray.report.answer import answer
 
     logger.info("tuning finished: %s", " ".join(answer(m) for m in report.modules) or "no module was tuned")

@@ -19,7 +19,7 @@ from aitune_ray.runtime.device import gpu_identity
 from aitune_ray.errors import BuildError
 from aitune_ray.worker.seam import TuneContext
 from aitune_ray.records.failures import classify, outcome
-from aitune_ray.measure.timing import Timing, profile_samples
+from aitune_ray.measure.timing import Timing
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.records.results import ERROR, BuildResult
 from aitune_ray.worker.core import confirm_session, confirmed, finalist
@@ -58,7 +58,8 @@ class TimingCalls:
         raise BuildError(failure.error + where) from failure.cause
 
     def _baseline_request(self, context: TuneContext, on_driver: bool = False) -> Request:
-        return Request("baseline", (context.name, self.box(context), self.intent(context), context.measure.to_dict()),
+        return Request("baseline", (context.name, self.box(context), self.intent(context),
+                                   context.timing("baseline").to_dict()),
                        context.name, self.task_timeout_s, name=f"baseline {context.name}", timing=True,
                        on_cpu=self.intent(context) == "cpu", on_driver=on_driver)
 
@@ -78,8 +79,9 @@ class TimingCalls:
                           batch_sizes=context.samples.batch_sizes())
                 logger.info("[%s] timing eager on the driver's GPU while the tuner actor starts", context.name)
                 with turns_for(context.device, self.actors_share_gpus()).timing():
-                    timed = profile_samples(context.module, context.samples, context.device, context.measure)
-                data = {bs: t.to_dict() for bs, t in timed.items()}
+                    session = context.timing("baseline").run({"eager": context.module}, context.samples,
+                                                             context.device)
+                data = session.plain("eager")
             else:
                 while not request.started.wait(5.0):
                     pass
@@ -115,7 +117,7 @@ class TimingCalls:
         rank = remeasure_rank(results)
         for attempt in (1, 2):   # an actor that died in the session was replaced: a whole new session, elsewhere
             request = Request("confirm", (context.name, self.box(context), self.intent(context), payload,
-                                          self.remeasure_rounds, context.measure.to_dict()), context.name,
+                                          context.timing("confirm", self.remeasure_rounds).to_dict()), context.name,
                               self.task_timeout_s, name=f"confirm {context.name}", timing=True,
                               on_cpu=self.intent(context) == "cpu", rank=rank if attempt == 1 else None)
             self.schedule.submit(request)
@@ -164,7 +166,8 @@ class TimingCalls:
             try:
                 with turns_for(context.device, self.actors_share_gpus()).timing():
                     out = confirm_session(context.module, context.samples, context.device, backends,
-                                          self.remeasure_rounds, context.measure, Path(context.workdir) / "control")
+                                          context.timing("confirm", self.remeasure_rounds),
+                                          Path(context.workdir) / "control")
             finally:
                 for backend in backends.values():
                     backend.deactivate()

@@ -349,6 +349,7 @@ def _run_jobs(jobs: list, job_path: Path, recorder, folders: list) -> int:
 def _prepare(model: _Model, executor, device, local, several: bool) -> list[tuple]:
     """Build the model, wrap its modules, record its data: (module, device, executor) to tune."""
     from aitune_ray.command.job import move_to, wrap_modules
+    from aitune_ray.api.tuning import serving_context
     from aitune_ray.executors.run_dir import journaled
     from aitune_ray.api.tuning import _calls_as_given, _record, _unique_names
 
@@ -365,6 +366,9 @@ def _prepare(model: _Model, executor, device, local, several: bool) -> list[tupl
     model.executor = journaled(executor, model.folder) if model.folder is not None else executor
     reached = _record(model.root, _calls_as_given(model.root, on_device(job.make_data(), local)))
     _unique_names(reached)
+    serving = serving_context(job.serving_threads)
+    for module in reached:
+        module.serving = serving
     return [(module, device, model.executor) for module in reached]
 
 
@@ -372,6 +376,7 @@ def _finish(model: _Model, outcomes: list, job_path: Path, device, local, tuned_
             several: bool) -> int:
     """One model's report, checkpoint and its check."""
     from aitune_ray.checkpoint.own import OwnCheckpoint
+    from aitune_ray.api.tuning import serving_context
     from aitune_ray.report import summary
     from aitune_ray.report.fitness import host_state
     from aitune_ray.api.tuning import collect_reports
@@ -405,7 +410,7 @@ def _finish(model: _Model, outcomes: list, job_path: Path, device, local, tuned_
     else:
         check = check_checkpoint(job, root, output, local)
         if check.get("passed"):
-            check["deployed"] = check_loaded_speed(job, root, output, local)
+            check["deployed"] = check_loaded_speed(job, root, output, local, serving_context(job.serving_threads))
     write_report(job, job_path, device, report, tuned_s, check, events)
     return EXIT_OK if check.get("passed") else EXIT_FAILED
 
@@ -461,22 +466,23 @@ def check_checkpoint(job, root, output, device) -> dict:
             "reason": verdict.reason}
 
 
-def check_loaded_speed(job, root, output, device) -> dict:
+def check_loaded_speed(job, root, output, device, serving=None) -> dict:
     """Each module, loaded from the checkpoint as a user loads it, timed against eager in paired rounds on its
-    recorded samples: its speedup as loaded, for the report (information only; the tuning decided)."""
+    recorded samples in the serving context: its speedup as loaded, judged against the decision's own interval
+    (aitune_ray.decision.agreement; information only: the tuning decided)."""
     from aitune_ray.command.job import move_to, wrap_modules
 
     fresh, _ = wrap_modules(job.make_model(), job.module_specs())
     move_to(fresh, device)
     with output.load(fresh) as fresh:   # the file this run has just written, as it wrote it
-        return _time_loaded(root, fresh, device)
+        return _time_loaded(root, fresh, device, serving)
 
 
-def _time_loaded(root, fresh, device) -> dict:
+def _time_loaded(root, fresh, device, serving=None) -> dict:
     from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
     from aitune_ray.api.module import find_modules
-    from aitune_ray.report.verdict import interval_text
-    from aitune_ray.tune_strategy.deploy import time_deployed
+    from aitune_ray.measure.request import TimingRequest
+    from aitune_ray.tune_strategy.deploy import judged_check, time_deployed
 
     tuned, results = find_modules(root), {}
     for path, loaded in find_modules(fresh).items():
@@ -488,20 +494,21 @@ def _time_loaded(root, fresh, device) -> dict:
         if rounds <= 0 or not strategy.performance_validation:
             continue
         try:
-            timed = time_deployed(loaded, loaded.module, original.samples.to(device), device, rounds, strategy,
-                                  strategy.measure_config)
+            request = TimingRequest.paired("loaded", device, serving, rounds, strategy.measure_config)
+            timed, checked_in = time_deployed(loaded, loaded.module, original.samples.to(device), request, strategy)
         except Exception as exc:  # the timing's own failure is reported; the checkpoint stays as it is
             results[original.name] = {"backend": loaded.backend.name, "verdict": "check failed",
                                       "reason": f"{type(exc).__name__}: {exc}"}
             say(f"warning: timing {original.name} as loaded failed: {type(exc).__name__}: {exc}", error=True)
             continue
-        reason = f"{interval_text(timed.interval)} over the recorded mix, as loaded (information only)"
-        results[original.name] = {"backend": loaded.backend.name, "verdict": timed.kind, "reason": reason,
-                                  "speedup": timed.median, "interval": timed.interval}
+        report = original.report
+        judged = judged_check(report, report.chosen if report is not None else "", timed, checked_in)
+        results[original.name] = {"backend": loaded.backend.name, "verdict": timed.kind, **judged}
         if cupti_attached():
             results[original.name]["note"] = CUPTI_NOTE
         note = results[original.name].get("note")
-        say(f"{original.name} as loaded: {reason}" + (f" ({note})" if note else ""))
+        say(f"{original.name} as loaded, over the recorded mix: {judged['reason']}" + (f" ({note})" if note else ""),
+            error=judged["agreement"] not in ("agrees", "no decision figure"))
     return results
 
 

@@ -116,6 +116,7 @@ class Job:
     strategy: StrategySpec = dataclasses.field(default_factory=StrategySpec)
     backends: list[BackendSpec] | None = None    # None: the library's default backends for the device
     device: str = "auto"
+    serving_threads: int | None = bounded(None, 1, 4096)   # torch threads the model is served with; every figure of the answer is measured with it, on every executor (None: the command's own torch.get_num_threads())
     executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
     output: str | None = None                # checkpoint path; default: <job file stem>.ait
     report: str | None = None                # Markdown report path (.html, .json, PNGs beside it); default: beside output

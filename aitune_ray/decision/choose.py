@@ -4,7 +4,7 @@ batch-size dispatch, all on that session's rounds and nothing else."""
 from __future__ import annotations
 
 from aitune_ray.decision.objective import SPEEDUP, Objective
-from aitune_ray.decision.rule import Rule, control_fits, judge
+from aitune_ray.decision.rule import Rule, control_fits, eager_spread, judge
 from aitune_ray.decision.session import Session
 from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_UNFIT, INCONCLUSIVE, NO_CANDIDATE,
                                          NOT_FASTER, OVER_BUDGET, VALIDATION_OFF, Verdict)
@@ -61,6 +61,15 @@ def decide(session: Session | None, finalists: list[str], mix: dict[int, int], r
     out = verdict(None, INCONCLUSIVE, judgements=judgements, control=control, **common)
     if not control_fits(control, rule):
         out.kind = HOST_UNFIT
+        return out
+    spread, where = eager_spread(session.eager, session.control)
+    if spread > rule.spread_tolerance:
+        out.kind = HOST_UNFIT
+        out.why = (f"eager against itself spread {1 + spread:.2f}x (p90 over p10 of its paired rounds) at batch "
+                   f"size {where} within the confirm session, more than the A/A guard's "
+                   f"{1 + rule.spread_tolerance:.2f}x: the host's load moved under the session, so no figure of "
+                   f"it holds; tune again on a quiet host (nothing else running, or fewer serving_threads than "
+                   f"cores)")
         return out
     if not eligible:
         out.kind, out.why = OVER_BUDGET, "no finalist meets the latency budget"

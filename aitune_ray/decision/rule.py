@@ -33,12 +33,20 @@ Series = dict[int, list[float]]   # batch size -> milliseconds per call, one ent
 class Rule:
     """min_speedup_ratio: the gate over the mix is 1 + this. noise_tolerance: no batch size may have a lower
     bound under 1 - this (and the A/A control must read 1 within it). alpha: the familywise error, split
-    over the candidates judged in one session. enabled: False turns performance validation off."""
+    over the candidates judged in one session. enabled: False turns performance validation off.
+    spread_tolerance: the A/A guard on eager's own spread: eager against itself round by round (the control's
+    time over eager's in the same round, a ratio that drift common to both cancels out of); where, at some
+    batch size, the tenth-highest of those ratios (p90) is more than 1 + this times the tenth-lowest (p10),
+    the host moved the two calls of one round apart by more than any effect it could resolve, and it is unfit
+    (10% independent timing noise per call gives about 0.45; 50-microsecond calls on a 2-core host under a
+    load average of 18 gave 1.9; the README's main job with 2 torch threads on that host under a load average
+    of 25 gave 2200 to 3500, its OpenMP team waiting on descheduled threads)."""
 
     min_speedup_ratio: float = 0.01
     noise_tolerance: float = 0.03
     alpha: float = 0.05
     enabled: bool = True
+    spread_tolerance: float = 9.0
 
     def settings(self) -> dict:
         """The rule's three settings, as plain data (a spec carries them to the kernel forge)."""
@@ -95,6 +103,27 @@ def judge(key: str, eager: Series, candidate: Series, mix: dict[int, int], rule:
         kind = INCONCLUSIVE
     return Judgement(key, kind == FASTER, kind, overall.to_dict(), {bs: i.to_dict() for bs, i in per.items()},
                      below, spread)
+
+
+#: Rounds per batch size below which the A/A guard does not speak: with fewer, its p10 and p90 are the
+#: extremes, and one preempted round would make a healthy host unfit.
+SPREAD_MIN_ROUNDS = 20
+
+
+def eager_spread(eager: Series, control: Series) -> tuple[float, int | None]:
+    """(eager's largest spread against itself within the session: p90 / p10 - 1 of control / eager round by
+    round at one batch size; that size). (0, None) where no size has SPREAD_MIN_ROUNDS rounds."""
+    worst, where = 0.0, None
+    for bs, rounds in eager.items():
+        ordered = sorted(c / e for e, c in zip(rounds, control.get(bs, [])) if e > 0)
+        if len(ordered) < SPREAD_MIN_ROUNDS or ordered[0] <= 0:
+            continue
+        low = ordered[int(round(0.1 * (len(ordered) - 1)))]
+        high = ordered[int(round(0.9 * (len(ordered) - 1)))]
+        spread = high / low - 1 if low > 0 else 0.0
+        if spread > worst:
+            worst, where = spread, bs
+    return worst, where
 
 
 def control_fits(control: Judgement, rule: Rule) -> bool:

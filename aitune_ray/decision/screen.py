@@ -13,9 +13,10 @@ one more build, while the one it displaces is, by the screening, no faster than 
 
 from __future__ import annotations
 
+from aitune_ray.measure.request import DEFAULT_ROUNDS
 from aitune_ray.measure.statistics import Interval, paired_interval
 
-SCREEN_ROUNDS = 8           # paired rounds per recorded batch size, right after each build
+SCREEN_ROUNDS = DEFAULT_ROUNDS["screen"]   # paired rounds per recorded batch size, right after each build
 SCREEN_CONFIDENCE = 0.90    # of the screening interval (8 rounds: the 2nd smallest and 2nd largest ratio)
 MAX_FINALISTS = 3
 SLOWER_AT_SCREENING = "slower than eager at its screening"

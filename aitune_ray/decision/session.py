@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from aitune_ray.measure.request import DEFAULT_ROUNDS
 from aitune_ray.measure.timing import Timing
 
 EAGER, CONTROL = "eager", "control"
 
-#: Paired rounds per recorded batch size of a confirm session. Chosen with the simulation of
-#: aitune_ray.testing.sessions (tests/test_decision_procedure.py, benchmarks/decisions.py): at 10% noise per
-#: timing it accepts a candidate truly 1.10x faster everywhere in at least 95% of tunings beside two slower
-#: finalists (K = 3): 86% with 40 rounds, 94% with 50, 98% with 60.
-CONFIRM_ROUNDS = 60
+#: Paired rounds per recorded batch size of a confirm session (aitune_ray.measure.request.DEFAULT_ROUNDS says
+#: how it was chosen).
+CONFIRM_ROUNDS = DEFAULT_ROUNDS["confirm"]
 
 
 @dataclasses.dataclass
@@ -27,6 +26,8 @@ class Session:
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
     where: str = ""
     failed: str = ""
+    context: dict = dataclasses.field(default_factory=dict)   # the ServingContext it ran in, as a dict
+    device: str = ""
 
     @property
     def rounds(self) -> int:
@@ -49,4 +50,4 @@ class Session:
             return cls.failure(out["failed"], where)
         return cls(rounds(out["eager"]), rounds(out["control"]),
                    {key: rounds(t) for key, t in out.get("results", {}).items()}, dict(out.get("errors") or {}),
-                   where)
+                   where, context=dict(out.get("context") or {}), device=str(out.get("device") or ""))

@@ -116,8 +116,10 @@ def _failed(job: CandidateJob, status: str, error: str, error_type: str, seconds
 def _child(folder: Path) -> None:
     import faulthandler
 
+    from aitune_ray.measure.request import set_process_kind
     from aitune_ray.worker.core import Worker
 
+    set_process_kind("child")   # the sessions timed here say so
     faulthandler.enable()   # a crash's Python stack goes to stderr: the candidate's log
     with open(folder / "job.pkl", "rb") as src:
         data = pickle.load(src)

@@ -145,7 +145,7 @@ class InlineExecutor(Executor):
         where, started = self.where(context), time.monotonic()
         self.emit(context, "measuring", task="baseline", where=where, samples=len(context.samples),
                   batch_sizes=context.samples.batch_sizes())
-        timings = self.worker.baseline(context.name, context.measure.to_dict())
+        timings = self.worker.baseline(context.name, context.timing("baseline").to_dict())
         self.emit(context, "done", task="baseline", status="ok", where=where, elapsed_s=time.monotonic() - started)
         return {int(bs): Timing.from_dict(t) for bs, t in timings.items()}
 
@@ -158,8 +158,8 @@ class InlineExecutor(Executor):
         self._load(context)
         where, started = self.where(context), time.monotonic()
         self.emit(context, "remeasuring", task="remeasure", where=where, finalists=[r.key for r in results])
-        out = self.worker.confirm(context.name, [finalist(r) for r in results], self.remeasure_rounds,
-                                  context.measure.to_dict())
+        out = self.worker.confirm(context.name, [finalist(r) for r in results],
+                                  context.timing("confirm", self.remeasure_rounds).to_dict())
         self.emit(context, "done", task="remeasure", status="error" if out.get("failed") else "ok", where=where,
                   elapsed_s=time.monotonic() - started)
         return confirmed(results, out)

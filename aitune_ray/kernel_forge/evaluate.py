@@ -29,7 +29,8 @@ from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvid
 from aitune_ray.kernel_forge.records import (
     ERROR, OK, ORIGINAL, REJECTED, UNSUPPORTED, GenerationOutcome, ProviderBenchmark)
 from aitune_ray.measure.correctness import CorrectnessReport, compare_outputs
-from aitune_ray.measure.timing import MeasureConfig, Timing, measure
+from aitune_ray.measure.request import TimingRequest
+from aitune_ray.measure.timing import MeasureConfig, Timing
 from aitune_ray.model.samples import tensors_of
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,8 @@ def time_mix(call: Callable, mix: list[FunctionSample], device: torch.device,
         for args, kwargs in calls:
             call(*args, **kwargs)
 
-    return measure(one_pass, device, len(calls), config or KERNEL_MEASURE)
+    request = TimingRequest.alone("kernel", device, measure=config or KERNEL_MEASURE)
+    return request.run_groups({0: {"mix": one_pass}}, device, {0: len(calls)}).timings["mix"][0]
 
 
 def _new_record(function: str, description: str, source: str, mix: list, device: torch.device) -> ProviderBenchmark:

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from aitune_ray.kernel_forge.evaluate import benchmark_original, benchmark_provider, reference_outputs, run_generator
 from aitune_ray.kernel_forge.function_samples import FunctionData, FunctionSample, fresh_copy
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import kernel_provider_from_dict
-from aitune_ray.measure.timing import MeasureConfig, paired_rounds
+from aitune_ray.measure.request import TimingRequest
+from aitune_ray.measure.timing import MeasureConfig
 from aitune_ray.model.samples import move
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class ForgeTasks:
             args, kwargs = fresh_copy(sample)
             groups[shape] = {name: functools.partial(call, *args, **kwargs) for name, call in calls.items()}
         try:
-            timed = paired_rounds(groups, device, rounds)
+            timed = TimingRequest.paired("kernel-confirm", device, rounds=rounds).run_groups(groups, device).timings
         except Exception as exc:  # noqa: BLE001 - a failed session keeps the original
             logger.exception("forge: the confirm session of %s failed", function)
             return {**where, "failed": f"{type(exc).__name__}: {exc}"}

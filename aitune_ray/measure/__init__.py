@@ -1,7 +1,8 @@
 """Timing, stop rules and correctness comparison."""
 
 from aitune_ray.measure.correctness import CorrectnessReport, compare_outputs, default_tolerance
-from aitune_ray.measure.timing import MeasureConfig, Timing, measure, measure_interleaved, profile_samples
+from aitune_ray.measure.request import ServingContext, TimingRequest, TimingSession
+from aitune_ray.measure.timing import MeasureConfig, Timing
 
 __all__ = ["CorrectnessReport", "compare_outputs", "default_tolerance", "MeasureConfig", "Timing",
-           "measure", "measure_interleaved", "profile_samples"]
+           "ServingContext", "TimingRequest", "TimingSession"]

@@ -312,29 +312,6 @@ def profile_samples(call: Callable, samples, device: torch.device,
     return timings
 
 
-def measure_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, batch_size: int,
-                        rounds: int = 30, warmup_runs: int = 3, burst_ms: float | None = None,
-                        max_burst: int | None = None) -> dict[str, Timing]:
-    """Time several callables in turn (A B C A B C ...) so that drift hits them alike, each in bursts
-    of its own length (burst_ms None: the MeasureConfig default for this device; 0: one call at a time)."""
-    cfg = MeasureConfig()
-    target_ms, min_calls = cfg.burst_target(device)
-    target_ms = target_ms if burst_ms is None else burst_ms
-    max_burst = cfg.max_burst if max_burst is None else max_burst
-    with torch.no_grad():
-        for fn in fns.values():
-            _warm(fn, device, warmup_runs)
-        calls = {name: burst_length(fn, device, target_ms, max_burst, min_calls) for name, fn in fns.items()}
-        times: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                times[name].append(_time_once(fn, device, calls[name]))
-    out = {name: _stats(t, batch_size) for name, t in times.items()}
-    for name, timing in out.items():
-        timing.calls_per_burst = calls[name]
-    return out
-
-
 def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.device, rounds: int = 30,
                          config: MeasureConfig | None = None, seed: int = 0) -> dict[str, dict[int, Timing]]:
     """Paired, interleaved rounds: {name: {batch size: Timing}} whose rounds_ms are paired by index.

@@ -29,7 +29,8 @@ class CandidateJob:
     tolerance: float | None = None    # relative L2 bound; None: the backend's default, else per dtype
     measure: dict = dataclasses.field(default_factory=dict)   # MeasureConfig.to_dict()
     priority: int = 0                 # position in the strategy's list (FirstWins decides in this order)
-    screen_rounds: int = 0            # paired rounds with eager right after the build (decision.screen); 0: none
+    screen: dict = dataclasses.field(default_factory=dict)   # TimingRequest.to_dict() of the screening; {}: none
+    context: dict = dataclasses.field(default_factory=dict)  # ServingContext.to_dict(): where timings must hold
 
     @property
     def backend_name(self) -> str:

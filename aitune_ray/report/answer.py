@@ -177,8 +177,9 @@ def answer(module: ModuleReport, unfit: str = "") -> str:
         names = {r.key: r.backend for r in module.results}
         routes = "; per batch size: " + ", ".join(f"bs {bs} -> {names.get(k, k) if k else 'eager'}"
                                                   for bs, k in sorted(module.dispatch.items()))
+    where = f"; measured on {module.measured_in}" if getattr(module, "measured_in", "") else ""
     return (f"{module.module}: deploy {label(chosen)}: {speedup_words(found['mix'])} as fast as eager over the "
-            f"recorded calls{why} ({sizes}; {confidence_words(module)}){routes}.{caveat}")
+            f"recorded calls{why} ({sizes}; {confidence_words(module)}{where}){routes}.{caveat}")
 
 
 def _why_eager(module: ModuleReport) -> str:

@@ -41,6 +41,7 @@ class ModuleReport:
     dispatch: dict[int, str | None] = dataclasses.field(default_factory=dict)  # bs -> winner key (None: eager)
     deploy_checks: list[dict] = dataclasses.field(default_factory=list)       # post-deploy timings (information)
     verdict: dict = dataclasses.field(default_factory=dict)    # the decision's typed verdict, Verdict.to_dict()
+    measured_in: str = ""   # the context the confirm session ran in: "cpu with 2 torch threads"
 
     def take_verdict(self, verdict, diagnostic: bool = False) -> None:
         """Record a decision (aitune_ray.decision.Verdict): every judgement, the choice and its words.

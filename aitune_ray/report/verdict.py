@@ -101,6 +101,8 @@ def decision_text(verdict: Verdict, names: dict[str, str], diagnostic: bool = Fa
         return f"kept eager: {verdict.why}" + _pruned(verdict, names)
     if verdict.kind == CONFIRM_FAILED:
         return f"kept eager: {CONFIRM_FAILED} ({verdict.why}); nothing is decided on numbers from other moments"
+    if verdict.kind == HOST_UNFIT and verdict.why:   # the A/A guard on eager's own spread says why itself
+        return f"kept eager: {HOST_UNFIT}: {verdict.why}"
     if verdict.kind == HOST_UNFIT:
         return (f"kept eager: {HOST_UNFIT}: eager called through the candidates' path (the A/A control) read "
                 f"{interval_text(verdict.control.interval)} against eager's own call on {verdict.where or 'this host'}, "

@@ -2,7 +2,8 @@
 
 deploy() turns the chosen result into a live backend on the driver (a batch-size dispatch from its
 members). deploy_checked() deploys the choice and then times the user's wrapped Module against eager in paired
-shuffled rounds, as a user would call it, for the report: information only. The decision was the confirm
+shuffled rounds, as a user would call it, in the serving context, for the report: information only, judged
+against the decision's own interval (aitune_ray.decision.agreement), never shown as the answer. The decision was the confirm
 session's (aitune_ray.decision), which timed the finalists as deployed; a later timing is another moment, and
 deciding again on it would be deciding on numbers from different moments. Modules tuned at once deploy at
 once (a restore may take long: an engine to load); only their post-deploy timings, on this driver's one
@@ -21,7 +22,8 @@ from aitune_ray.backend.batch_dispatch import BatchDispatchBackend, BatchDispatc
 from aitune_ray.decision.rule import Rule, judge
 from aitune_ray.decision.verdict import Judgement
 from aitune_ray.measure.conditions import CUPTI_NOTE, cupti_attached
-from aitune_ray.measure.timing import MeasureConfig, profile_side_by_side
+from aitune_ray.decision.agreement import AGREES, agreement
+from aitune_ray.measure.request import TimingRequest
 from aitune_ray.records.results import BuildResult
 
 logger = logging.getLogger(__name__)
@@ -57,15 +59,22 @@ def skip_reason(backend: Backend | None, device: torch.device | None = None) -> 
     return ""
 
 
-def time_deployed(module, eager, samples, device, rounds: int, strategy,
-                  config: MeasureConfig | None = None) -> Judgement:
-    """The wrapped module, called as the user calls it, against eager in paired shuffled rounds: its speedup
-    with intervals, by the decision's rule for one candidate (information: nothing is decided on it)."""
-    mix = samples.call_mix()
-    timed = profile_side_by_side({"eager": eager, "deployed": module}, samples, device, rounds, config)
+def time_deployed(module, eager, samples, request: TimingRequest, strategy) -> tuple[Judgement, str]:
+    """The wrapped module, called as the user calls it, against eager as request says (paired shuffled
+    rounds): (its speedup with intervals by the decision's rule for one candidate, the context it was measured
+    in, described). Information: nothing is decided on it."""
+    session = request.run({"eager": eager, "deployed": module}, samples)
     rule = Rule(strategy.min_speedup_ratio, strategy.noise_tolerance, getattr(strategy, "alpha", 0.05))
-    return judge("deployed", {bs: t.rounds_ms for bs, t in timed["eager"].items()},
-                 {bs: t.rounds_ms for bs, t in timed["deployed"].items()}, mix, rule, 1)
+    return (judge("deployed", session.rounds_ms("eager"), session.rounds_ms("deployed"), samples.call_mix(), rule, 1),
+            session.describe())
+
+
+def judged_check(report, key: str, timed: Judgement, checked_in: str) -> dict:
+    """A check's figures with its agreement with the decision's interval for key (decision.agreement)."""
+    decided = (report.verdicts.get(key) or {}).get("interval") if report is not None else None
+    found = agreement(decided, timed.interval, getattr(report, "measured_in", ""), checked_in)
+    return {"speedup": timed.median, "interval": timed.interval, "intervals": timed.intervals,
+            "measured_in": checked_in, "agreement": found["verdict"], "reason": found["text"]}
 
 
 def deploy_checked(module, executor, context, report, strategy) -> None:
@@ -86,15 +95,15 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         return
     try:
         with DRIVER_TIMING:
-            timed = time_deployed(module, context.module, context.samples, context.device, rounds, strategy,
-                                  context.measure)
+            timed, checked_in = time_deployed(module, context.module, context.samples,
+                                              context.timing("deploy", rounds), strategy)
     except Exception as exc:  # information only: the deployment stands
         logger.warning("[%s] the post-deploy timing failed: %s: %s", context.name, type(exc).__name__, exc)
         report.deploy_checks.append({**entry, "verdict": f"timing failed: {type(exc).__name__}: {exc}"})
         return
-    entry.update(verdict="timed", speedup=timed.median, interval=timed.interval, intervals=timed.intervals)
+    entry.update(verdict="timed", **judged_check(report, result.key, timed, checked_in))
     if cupti_attached():
         entry["note"] = CUPTI_NOTE
     report.deploy_checks.append(entry)
-    logger.info("[%s] %s as deployed: %.3fx [%.3f, %.3f] over the recorded mix (information only)", context.name,
-                result.backend, timed.median, timed.interval["low"], timed.interval["high"])
+    log = logger.info if entry["agreement"] == AGREES else logger.warning
+    log("[%s] %s as deployed, over the recorded mix: %s", context.name, result.backend, entry["reason"])

@@ -21,11 +21,11 @@ class ProfilingStrategy(TuneStrategy):
         """What the winner maximizes among the accepted candidates (default: the median speedup over the mix)."""
         return Objective()
 
-    def jobs(self):
+    def jobs(self, context=None):
         """Every candidate is built anyway, so the order is free: costly builds first (longest-first
         scheduling), which keeps one late long build from finishing alone on a parallel executor."""
         by_key = {b.key(): b.cost_hint() for b in self.backends}
-        return sorted(super().jobs(), key=lambda job: (-by_key[job.key], job.priority))
+        return sorted(super().jobs(context), key=lambda job: (-by_key[job.key], job.priority))
 
     def _decide(self, context, executor, handle, report) -> None:
         held: set[str] = set()

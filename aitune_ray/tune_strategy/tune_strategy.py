@@ -10,7 +10,8 @@ from typing import Iterable
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.decision import Objective, Rule, Session, Verdict, choose
-from aitune_ray.decision.screen import MAX_FINALISTS, SCREEN_ROUNDS
+from aitune_ray.decision.screen import MAX_FINALISTS
+from aitune_ray.measure.request import ServingContext, TimingRequest
 from aitune_ray.errors import ConfigError
 from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
 from aitune_ray.measure.timing import MeasureConfig, summary
@@ -134,10 +135,16 @@ class TuneStrategy(ABC):
     def rule(self) -> Rule:
         return Rule(self.min_speedup_ratio, self.noise_tolerance, self.alpha, self.performance_validation)
 
-    def jobs(self) -> list[CandidateJob]:
+    def jobs(self, context: TuneContext | None = None) -> list[CandidateJob]:
+        """The candidate jobs, each with its screening request in context's serving context (None: the
+        screening's defaults, wherever it runs)."""
+        screen = (context.timing("screen") if context is not None else
+                  TimingRequest.paired("screen", "cpu", measure=self.measure_config))
+        serving = context.serving.to_dict() if context is not None else {}
         rule = self.rule()
         return [CandidateJob(key=b.key(), spec=type(b).with_rule(b.spec(), rule), tolerance=self._tolerance_for(b),
-                             measure=self.measure_config.to_dict(), priority=i, screen_rounds=SCREEN_ROUNDS)
+                             measure=self.measure_config.to_dict(), priority=i, screen=screen.to_dict(),
+                             context=serving)
                 for i, b in enumerate(self.backends)]
 
     def _tolerance_for(self, backend: Backend) -> float | None:
@@ -147,11 +154,11 @@ class TuneStrategy(ABC):
 
     def tune(self, context: TuneContext, executor: Executor) -> ModuleReport:
         """Run the candidates through executor and fill a report; report.chosen is None for eager."""
-        handle = executor.submit_early(context, self.jobs()) if self.overlap_baseline else None
+        handle = executor.submit_early(context, self.jobs(context)) if self.overlap_baseline else None
         try:
             baseline = executor.baseline(context)
             if handle is None:
-                handle = executor.submit(context, self.jobs())
+                handle = executor.submit(context, self.jobs(context))
             report = ModuleReport(module=context.name, strategy=self.name, device=str(context.device),
                                   call_mix=context.samples.call_mix(),
                                   baseline={bs: t.to_dict() for bs, t in baseline.items()})
@@ -171,6 +178,8 @@ class TuneStrategy(ABC):
 
         def confirm(finalists: list[str]) -> Session:
             session = executor.confirm(context, [by_key[k] for k in finalists])
+            if session.context:
+                report.measured_in = measured_in(session, context)
             if session.eager:
                 report.remeasured_baseline = {bs: summary(ms, bs).to_dict() for bs, ms in session.eager.items()}
             return session
@@ -184,6 +193,16 @@ class TuneStrategy(ABC):
     @abstractmethod
     def _decide(self, context: TuneContext, executor: Executor, handle: RunHandle, report: ModuleReport) -> None:
         """Consume results from handle, append them to report.results and set report.chosen/decision."""
+
+
+def measured_in(session: Session, context: TuneContext) -> str:
+    """Where the session's figures hold ("cpu with 2 torch threads"), and, where that is not the serving
+    context asked for, that it is not."""
+    ran = ServingContext.from_dict(session.context).describe(session.device or context.device)
+    asked = context.serving.describe(context.device)
+    if context.serving.torch_threads and ran != asked:
+        return f"{ran}, NOT the serving context ({asked}): the figures may not hold where it is served"
+    return ran
 
 
 def failures_text(results: list[BuildResult]) -> str:

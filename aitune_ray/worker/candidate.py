@@ -16,7 +16,7 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.runtime.device import gpu_identity
 from aitune_ray.records.failures import outcome
 from aitune_ray.measure.correctness import compare_outputs
-from aitune_ray.measure.timing import MeasureConfig, profile_samples
+from aitune_ray.measure.request import ServingContext, TimingRequest
 from aitune_ray.measure.turns import NO_TURNS
 from aitune_ray.records.results import ERROR, OK, REJECTED, BuildResult, CandidateJob
 from aitune_ray.model.samples import SampleStore
@@ -62,7 +62,8 @@ def run_candidate(job: CandidateJob, module: nn.Module, samples: SampleStore, de
         stage("measuring")
         stage_name = "profiling"
         with turns.timing():
-            timings = profile_samples(backend.infer, samples, device, MeasureConfig.from_dict(job.measure))
+            request = TimingRequest.alone("profile", device, ServingContext.from_dict(job.context), job.measure)
+            timings = request.run({"candidate": backend.infer}, samples, device).timings["candidate"]
         result.timings = {bs: t.to_dict() for bs, t in timings.items()}
         stage_name = "export"
         result.state, artifacts = backend.export()

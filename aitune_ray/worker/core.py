@@ -31,7 +31,7 @@ from aitune_ray.backend.backend import Backend
 from aitune_ray.worker.candidate import run_candidate
 from aitune_ray.records.failures import outcome
 from aitune_ray.kernel_forge.tasks import TIMED_TASKS, ForgeTasks
-from aitune_ray.measure.timing import MeasureConfig, profile_samples, profile_side_by_side
+from aitune_ray.measure.request import ThreadsChanged, TimingRequest
 from aitune_ray.measure.turns import turns_for
 from aitune_ray.records.results import BuildResult, CandidateJob
 
@@ -153,14 +153,15 @@ class Worker:
         return sorted(k for _, k in self._built)
 
     # ----- work ---------------------------------------------------------------------------------
-    def baseline(self, name: str, measure: dict) -> dict[int, dict]:
+    def baseline(self, name: str, request: dict) -> dict[int, dict]:
+        """Eager timed here as request (a TimingRequest's dict) says: {batch size: Timing.to_dict()}."""
         module, samples, device = self._modules[name][1:]
         logger.info("timing eager %s on %s", name, device)
         self.baselines += 1
         with self.turns(device).timing():
-            timings = profile_samples(module, samples, device, MeasureConfig.from_dict(measure))
+            session = TimingRequest.from_dict(request).run({"eager": module}, samples, device)
         self._note_memory(device)
-        return {bs: t.to_dict() for bs, t in timings.items()}
+        return session.plain("eager")
 
     def run(self, name: str, job: CandidateJob, stage: Callable[[str], None] | None = None) -> BuildResult:
         """Build, check and profile one candidate; keep the backend when it succeeded (and keep_built)."""
@@ -170,7 +171,7 @@ class Worker:
                                         self.log_path, stage=stage, turns=self.turns(device))
         if self.identity:
             result.node, result.gpu = self.identity.get("node", result.node), self.identity.get("gpu", result.gpu)
-        if backend is not None and job.screen_rounds > 0:
+        if backend is not None and job.screen:
             self._screen(module, samples, device, job, result, backend)
             if not result.ok:
                 backend.deactivate()
@@ -225,13 +226,13 @@ class Worker:
 
     def _screen(self, module, samples, device, job: CandidateJob, result: BuildResult, backend: Backend) -> None:
         """Screening (aitune_ray.decision.screen): the candidate, as the user calls it, paired with eager in
-        job.screen_rounds shuffled rounds per batch size on this device, right after its build. A candidate
-        that fails here has failed."""
+        shuffled rounds per batch size on this device, right after its build, as job.screen (a TimingRequest's
+        dict) says. A candidate that fails here has failed."""
+        request = TimingRequest.from_dict(job.screen)
         try:
             with self.turns(device).timing():
-                timed = profile_side_by_side({"eager": module, "candidate": as_user_calls(module, backend)}, samples,
-                                             device, job.screen_rounds,
-                                             MeasureConfig.from_dict(job.measure) if job.measure else None)
+                timed = request.run({"eager": module, "candidate": as_user_calls(module, backend)}, samples,
+                                    device).timings
         except Exception as exc:
             logger.exception("screening of %s failed", job.key)
             failure = outcome("screening", exc=exc)
@@ -239,9 +240,9 @@ class Worker:
             return
         result.screen = {"eager": {bs: t.rounds_ms for bs, t in timed["eager"].items()},
                          "candidate": {bs: t.rounds_ms for bs, t in timed["candidate"].items()},
-                         "rounds": job.screen_rounds}
+                         "rounds": request.rounds}
 
-    def confirm(self, name: str, finalists: list[dict], rounds: int, measure: dict | None = None) -> dict:
+    def confirm(self, name: str, finalists: list[dict], request: dict) -> dict:
         """The confirm session of name's finalists, here (aitune_ray.decision.session): each finalist restored
         as it is deployed (the build held here, else restored from its spec, state and artifacts), an A/A
         control restored alike, all called as the user calls them, in paired shuffled rounds per batch size.
@@ -261,8 +262,7 @@ class Worker:
         where = self.identity.get("gpu", str(device))
         try:
             with turns.timing():
-                out = confirm_session(module, samples, device, backends, rounds,
-                                      MeasureConfig.from_dict(measure) if measure else None,
+                out = confirm_session(module, samples, device, backends, TimingRequest.from_dict(request),
                                       self._workdir(name) / "control")
         finally:
             for backend in backends.values():
@@ -337,17 +337,17 @@ def as_user_calls(module: torch.nn.Module, backend: Backend) -> torch.nn.Module:
     return wrapper
 
 
-def confirm_session(module, samples, device: torch.device, backends: dict[str, Backend], rounds: int,
-                    config: MeasureConfig | None, workdir: Path) -> dict:
+def confirm_session(module, samples, device: torch.device, backends: dict[str, Backend], request: TimingRequest,
+                    workdir: Path) -> dict:
     """Eager, the A/A control (a TorchEagerBackend restored like a candidate) and backends (active), each
-    called as the user calls it, in rounds paired shuffled rounds per recorded batch size, from this thread.
-    A callable that raises, or that changes the process's threading settings, fails the session:
-    {"failed": why}; else {"eager", "control", "results": key -> timings (Timing.to_dict() by batch size)}."""
+    called as the user calls it, timed as request says (paired shuffled rounds per recorded batch size, from
+    this thread, in its serving context). A callable that raises, or that changes the process's threading
+    settings, fails the session: {"failed": why}; else {"eager", "control", "results": key -> timings
+    (Timing.to_dict() by batch size), "context": the ServingContext it ran in, as a dict}."""
     from aitune_ray.backend.torch_eager import TorchEagerBackend
 
-    if rounds < 1:
-        return {"failed": f"the confirm session needs at least one round, got {rounds}"}
-    threads = (torch.get_num_threads(), torch.get_num_interop_threads())
+    if request.rounds < 1:
+        return {"failed": f"the confirm session needs at least one round, got {request.rounds}"}
     control = None
     try:
         control = Backend.from_spec(TorchEagerBackend().spec())
@@ -355,22 +355,18 @@ def confirm_session(module, samples, device: torch.device, backends: dict[str, B
         control.activate()
         calls = {"eager": module, "control": as_user_calls(module, control)}
         calls.update({key: as_user_calls(module, backend) for key, backend in backends.items()})
-        timed = profile_side_by_side(calls, samples, device, rounds, config)
+        session = request.run(calls, samples, device)
+    except ThreadsChanged as exc:
+        return {"failed": str(exc)}
     except Exception as exc:
         logger.exception("the confirm session failed")
         return {"failed": f"{type(exc).__name__}: {exc}"}
     finally:
         if control is not None:
             control.deactivate()
-    now = (torch.get_num_threads(), torch.get_num_interop_threads())
-    if now != threads:
-        return {"failed": f"a callable changed the process's threads (intra-op, inter-op) from {threads} to {now}"}
-
-    def plain(per):
-        return {bs: t.to_dict() for bs, t in per.items()}
-
-    return {"eager": plain(timed.pop("eager")), "control": plain(timed.pop("control")),
-            "results": {key: plain(per) for key, per in timed.items()}}
+    return {"eager": session.plain("eager"), "control": session.plain("control"),
+            "results": {key: session.plain(key) for key in session.timings if key not in ("eager", "control")},
+            "context": session.context.to_dict(), "device": session.device}
 
 
 def finalist(result: BuildResult) -> dict:

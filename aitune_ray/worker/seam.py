@@ -29,6 +29,7 @@ from aitune_ray.runtime import tempdirs
 from aitune_ray.backend.backend import Backend
 from aitune_ray.decision.session import Session
 from aitune_ray.records.failures import outcome
+from aitune_ray.measure.request import ServingContext, TimingRequest
 from aitune_ray.measure.timing import MeasureConfig, Timing
 from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.model.samples import SampleStore
@@ -52,6 +53,17 @@ class TuneContext:
     workdir: Path = dataclasses.field(default_factory=lambda: tempdirs.make("work"))
     measure: MeasureConfig = dataclasses.field(default_factory=MeasureConfig)
     report: Any = None    # the strategy's ModuleReport, kept here so a failed tuning still reports
+    serving: ServingContext = dataclasses.field(default_factory=ServingContext)   # where the figures must hold
+
+    def timing(self, purpose: str, rounds: int | None = None) -> TimingRequest:
+        """The timing request of purpose for this module: its device, measuring settings and serving context;
+        rounds None: the purpose's default (aitune_ray.measure.request.DEFAULT_ROUNDS). A purpose of 0 default
+        rounds is timed alone, under the stop rule."""
+        from aitune_ray.measure.request import DEFAULT_ROUNDS
+
+        if rounds is None and not DEFAULT_ROUNDS[purpose]:
+            return TimingRequest.alone(purpose, self.device, self.serving, self.measure)
+        return TimingRequest.paired(purpose, self.device, self.serving, rounds, self.measure)
 
 
 class RunHandle(ABC):

@@ -1,0 +1,43 @@
+"""Whether a later timing of the deployed choice (post-deploy, as loaded) agrees with the decision.
+
+A check after deployment is another moment, and maybe another context: it never decides, and its figure is
+never shown as the answer. It is judged against the decision's own interval over the recorded call mix: the
+two agree when their intervals overlap. When they do not, the difference is a measurement problem, and it is
+named as one: a context mismatch (the check ran with another torch thread count, or on another device type,
+than the decision), else an unfit host (the same context, yet the figures moved: the host's load changed
+between the two moments). Plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+AGREES, CONTEXT_MISMATCH, HOST_UNFIT = "agrees", "context mismatch", "host unfit"
+
+
+def agreement(decided: dict | None, checked: dict, decided_in: str, checked_in: str) -> dict:
+    """{"verdict": AGREES / CONTEXT_MISMATCH / HOST_UNFIT / "no decision figure", "text": one line that says
+    what to make of the check}. decided / checked: intervals over the mix ({"median", "low", "high"});
+    decided_in / checked_in: the contexts they were measured in, as ServingContext.describe() gives them."""
+    seen = f"{_span(checked)} in {checked_in}" if checked_in else _span(checked)
+    if not decided or decided.get("low") is None:
+        return {"verdict": "no decision figure",
+                "text": f"read {seen} (information only: the decision has no interval to judge it against)"}
+    said = f"{_span(decided)}" + (f" in {decided_in}" if decided_in else "")
+    if checked["low"] <= decided["high"] and decided["low"] <= checked["high"]:
+        return {"verdict": AGREES, "text": f"agrees with the decision ({said}): read {seen}"}
+    if decided_in and checked_in and decided_in != checked_in:
+        return {"verdict": CONTEXT_MISMATCH,
+                "text": f"context mismatch: read {seen}, but the decision's figure {said} holds in "
+                        f"{decided_in}; serve in that context, or tune with serving_threads set to the one you "
+                        f"serve in"}
+    return {"verdict": HOST_UNFIT,
+            "text": f"host unfit: read {seen}, outside the decision's {said} in the same context; the host's "
+                    f"load moved the timings between the two, so neither figure holds for a quiet host: tune "
+                    f"and check again with nothing else running"}
+
+
+def _span(i: dict) -> str:
+    return f"{_n(i['median'])}x [{_n(i['low'])}, {_n(i['high'])}]"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"

@@ -1,0 +1,156 @@
+"""Do the figures agree? The README's main job inline, with `--executor ray`, and a user's own loop, side by side.
+
+    python benchmarks/figures_agree.py --out OUT/agree.md
+    python benchmarks/figures_agree.py --threads 1 --loops 30 --out OUT/agree.md
+
+Runs `aitune-ray tune examples/mlp/job.yaml` twice, each a process of its own with the serving context set in
+the job (`serving_threads`, default: this process's torch thread count): once inline, once with
+`--executor ray`. From each run's report it reads the chosen backend, the decision's speedup over the recorded
+call mix with its interval, where it says the figures hold ("cpu with 2 torch threads") and what its as-loaded
+check said. Then a user's loop, in this process, in that same context (torch.set_num_threads, the calling
+thread): the inline run's checkpoint loaded into a fresh model with ait.load, and eager, each called over the
+job's data N times back to back (one pass: every recorded item once), read with a wall clock; eager and tuned
+alternate, --loops pairs, and the interval is that of the median paired ratio (the decision's statistic).
+
+The question: do the three intervals overlap (or does a run say the host was unfit and keep eager)?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
+sys.path.insert(0, str(ROOT))
+
+from results_table import publish  # noqa: E402
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+JOB = ROOT / "examples" / "mlp" / "job.yaml"
+
+
+def run_job(executor: str, threads: int, folder: Path) -> dict:
+    """One `aitune-ray tune` process on the README's job with serving_threads and outputs in folder."""
+    job = yaml.safe_load(JOB.read_text())
+    job.update(serving_threads=threads, output=str(folder / f"{executor}.ait"), report=str(folder / f"{executor}.md"))
+    path = folder / f"{executor}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "aitune_ray", "tune", str(path), "--executor", executor],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    out = {"executor": executor, "exit": done.returncode, "wall_s": round(wall, 1), "checkpoint": job["output"]}
+    report = folder / f"{executor}.json"
+    if not report.exists():
+        out["error"] = (done.stderr or done.stdout)[-2000:]
+        return out
+    data = json.loads(report.read_text())
+    module = data["report"]["modules"][0]
+    chosen = module.get("chosen")
+    out.update(chosen=(next((r["backend"] for r in module["results"] if r["key"] == chosen), chosen)
+                       if chosen else "eager"),
+               decision=module.get("decision", ""), measured_in=module.get("measured_in", ""),
+               interval=(module.get("verdicts", {}).get(chosen) or {}).get("interval") if chosen else None,
+               as_loaded=((data.get("checkpoint_check") or {}).get("deployed") or {}).get(module["module"]))
+    return out
+
+
+def user_loop(checkpoint: str, threads: int, calls: int, loops: int) -> dict:
+    """Eager and the loaded checkpoint, each called over the job's data `calls` times back to back, read with a
+    wall clock on this thread with `threads` torch threads; `loops` alternating pairs."""
+    import aitune_ray as ait
+    from aitune_ray.measure.statistics import paired_interval
+    from examples.mlp.model import make_data, make_model
+
+    job = yaml.safe_load(JOB.read_text())
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        data = make_data(**job["data_args"])
+        eager = make_model(**job["model_args"]).eval()
+        tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval(), "mlp"), checkpoint)
+
+        def loop(model) -> float:
+            started = time.perf_counter()
+            for _ in range(calls):
+                for x in data:
+                    model(x)
+            return (time.perf_counter() - started) * 1e3 / calls
+
+        with torch.no_grad():
+            for model in (eager, tuned):   # warm: compiled graphs built, caches filled
+                for _ in range(3):
+                    loop(model)
+            times = {"eager": [], "tuned": []}
+            for i in range(loops):
+                order = ("eager", "tuned") if i % 2 == 0 else ("tuned", "eager")
+                for name in order:
+                    times[name].append(loop(eager if name == "eager" else tuned))
+        span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
+        return {"threads": torch.get_num_threads(), "calls": calls, "loops": loops,
+                "backend": tuned.backend.name if tuned.backend is not None else "eager",
+                "interval": {"median": span.median, "low": span.low, "high": span.high}}
+    finally:
+        torch.set_num_threads(before)
+
+
+def overlap(a: dict | None, b: dict | None) -> bool | None:
+    if not a or not b:
+        return None
+    return a["low"] <= b["high"] and b["low"] <= a["high"]
+
+
+def text_of(i: dict | None) -> str:
+    return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="serving torch threads")
+    parser.add_argument("--calls", type=int, default=20, help="passes over the data per loop timing")
+    parser.add_argument("--loops", type=int, default=30, help="alternating eager / tuned loop pairs")
+    parser.add_argument("--executors", default="inline,ray")
+    parser.add_argument("--out", help="write the table here (and its JSON record beside it)")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="figures-agree-"))
+    runs = [run_job(executor, args.threads, folder) for executor in args.executors.split(",")]
+    loaded = next((r["checkpoint"] for r in runs if r.get("chosen") not in (None, "eager") and r["exit"] == 0), None)
+    loop = user_loop(loaded, args.threads, args.calls, args.loops) if loaded else None
+    kept = [r for r in runs if r.get("chosen") == "eager"]
+    intervals = [r.get("interval") for r in runs if r.get("interval")] + ([loop["interval"]] if loop else [])
+    agree = all(overlap(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:]) if intervals else None
+    lines = [f"The README's main job (examples/mlp/job.yaml), serving context: cpu with {args.threads} torch "
+             f"thread(s)", "",
+             "| where | chosen | speedup over the mix [95% interval] | measured in | as loaded | wall s |",
+             "|---|---|---|---|---|---|"]
+    for r in runs:
+        loaded_check = (r.get("as_loaded") or {}).get("reason", "-") if r.get("as_loaded") else "-"
+        lines.append(f"| {r['executor']} | {r.get('chosen', 'failed: ' + r.get('error', '')[:80])} | "
+                     f"{text_of(r.get('interval'))} | {r.get('measured_in', '')} | {loaded_check} | {r['wall_s']} |")
+    if loop:
+        lines.append(f"| user's loop ({loop['calls']} passes x {loop['loops']} pairs, {loop['threads']} threads) | "
+                     f"{loop['backend']} | {text_of(loop['interval'])} | cpu with {loop['threads']} torch threads | "
+                     f"- | - |")
+    verdict = ("every interval overlaps the others" if agree else
+               "the intervals do NOT all overlap" if agree is False else "nothing to compare")
+    if kept:
+        verdict += f"; kept eager in: {', '.join(r['executor'] for r in kept)}"
+    lines += ["", f"Answer: {verdict}."]
+    for r in runs:   # the record names no folder of this machine
+        r["checkpoint"] = Path(r["checkpoint"]).name
+    publish("\n".join(lines), args.out, {"threads": args.threads, "runs": runs, "user_loop": loop,
+                                         "overlap": agree}, "figures_agree")
+
+
+if __name__ == "__main__":
+    main()
