@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect as pyinspect
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -19,13 +21,41 @@ logger = logging.getLogger(__name__)
 
 #: What the wrapper itself holds: set on it even where the wrapped module has an attribute of that name.
 OWN_ATTRIBUTES = frozenset({"module", "name", "strategy", "max_samples", "samples", "state", "backend", "report",
-                            "failure", "_workdir"})
+                            "failure", "_workdir", "_proxy", "_original_forward"})
+
+
+class ProxyForward:
+    """The wrapped module's own forward while it is wrapped, as AITune's proxy: code that keeps calling the
+    original object runs its hooks and then this, which hands the call to the wrapper (recorded, tuned
+    backend or eager). inspect.signature() reads the original forward's signature."""
+
+    __slots__ = ("wrapper",)
+
+    def __init__(self, wrapper: "Module"):
+        self.wrapper = wrapper
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapper._dispatch(args, kwargs)   # noqa: SLF001 - the wrapper's own call path
+
+    @property
+    def __signature__(self) -> pyinspect.Signature:
+        return pyinspect.signature(self.wrapper._plain_forward())   # noqa: SLF001
+
+
+def wrapper_of(module: Any) -> "Module | None":
+    """The aitune_ray.Module whose proxy stands in module's forward, else None."""
+    proxy = getattr(module, "__dict__", {}).get("forward")
+    return proxy.wrapper if isinstance(proxy, ProxyForward) else None
 
 
 class Module(nn.Module):
     """AITune's Module: wrap, record, tune, call. It stands in for the module it wraps: isinstance() sees
     the wrapped class, its attributes (read and set) and indexing reach the wrapped module, and state_dict() keys are
     the wrapped module's own (no prefix), so a model's state_dict reads the same wrapped or not.
+
+    As in AITune, the wrapped module's own forward is replaced by a proxy (ProxyForward), so calling the
+    original object records, runs the tuned backend or runs eagerly exactly as calling the wrapper does; its
+    forward hooks run around that, once per call, and are removed while a backend builds or runs.
 
     module: the nn.Module to tune. name: used in reports and checkpoints (default: its class name).
     strategy: a TuneStrategy (default: MaxThroughput over the backends usable on this machine).
@@ -36,11 +66,14 @@ class Module(nn.Module):
     """
 
     def __init__(self, module: nn.Module, name: str | None = None, strategy=None, strategies=None,
-                 dynamic_shapes=None, max_samples: int = 64):
+                 dynamic_shapes=None, max_samples: int = 64, *, patch_forward: bool = True):
         if not isinstance(module, nn.Module):
             raise ConfigError(f"Module wraps a torch.nn.Module, not {type(module).__name__}")
         if isinstance(module, Module):
             raise ConfigError("this module is already wrapped by aitune_ray.Module")
+        if wrapper_of(module) is not None:
+            raise ConfigError(f"this module is already wrapped by aitune_ray.Module {wrapper_of(module).name!r}: "
+                              "use that wrapper (or call the module itself: its calls already reach it)")
         strategy = _one_strategy(strategy, strategies)
         if dynamic_shapes is not None:
             check_dynamic_shapes(dynamic_shapes)
@@ -61,6 +94,10 @@ class Module(nn.Module):
         self.failure: str = ""
         self.register_state_dict_post_hook(_unprefixed_keys)
         self.register_load_state_dict_pre_hook(_prefixed_keys)
+        self._original_forward = module.__dict__.get("forward")   # an instance's own forward, if it had one
+        self._proxy = ProxyForward(self)
+        if patch_forward:
+            self.patch_forward()
 
     @property
     def __class__(self):   # isinstance(wrapped, nn.Linear) as for the module it stands in for
@@ -86,12 +123,71 @@ class Module(nn.Module):
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        inner = self.module
+        if inner.__dict__.get("forward") is self._proxy:
+            return inner(*args, **kwargs)   # the wrapped module's hooks, then its forward: the proxy
+        return self._dispatch(args, kwargs)
+
+    def _dispatch(self, args: tuple, kwargs: dict) -> Any:
+        """One call: recorded, the backend's, or eager; the wrapped module's own forward back in place and its
+        hooks removed meanwhile (they ran around this call), so a backend calling it runs neither twice."""
         note_call(self)
-        if self.state == ModuleState.TUNED:
-            return self.backend.infer(*args, **kwargs)
-        if self.state == ModuleState.RECORDING:
-            return self._record(args, kwargs)
-        return self.module(*args, **kwargs)
+        inner = self.module
+        saved = self._make_plain(inner)
+        try:
+            if self.state == ModuleState.RECORDING:
+                return self._record(args, kwargs)
+            if self.backend is not None:
+                return self.backend.infer(*args, **kwargs)
+            return inner(*args, **kwargs)   # eager: not tuned, failed, or kept eager by the decision
+        finally:
+            _put_back(inner, saved)
+
+    def _plain_forward(self):
+        return self._original_forward or type(self.module).forward.__get__(self.module)
+
+    def _make_plain(self, inner: nn.Module) -> tuple:
+        """Take the proxy and the forward hooks off inner (the hook dicts stay the same objects, so every
+        handle keeps working); returns what _put_back puts back."""
+        own = inner.__dict__
+        pre, post = own["_forward_pre_hooks"], own["_forward_hooks"]
+        saved = (own.get("forward"), dict(pre), dict(post))
+        pre.clear()
+        post.clear()
+        if self._original_forward is None:
+            own.pop("forward", None)
+        else:
+            own["forward"] = self._original_forward
+        return saved
+
+    def patch_forward(self) -> None:
+        """Put the proxy in the wrapped module's forward (Module() does, unless patch_forward=False)."""
+        self.module.__dict__["forward"] = self._proxy
+
+    @contextlib.contextmanager
+    def unpatched(self) -> Iterator[nn.Module]:
+        """The wrapped module as it was (its own forward, no hooks) while a backend builds, is restored or
+        timed beside eager; hooks a backend adds meanwhile are kept, run before the user's (as AITune)."""
+        saved = self._make_plain(self.module)
+        try:
+            yield self.module
+        finally:
+            _put_back(self.module, saved)
+
+    def eager_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped module run eagerly as the user calls it (its hooks around its own forward), untouched by
+        the wrapper's state: the baseline the deployed module is timed against."""
+        inner = self.module
+        own = inner.__dict__
+        saved = own.get("forward")
+        if self._original_forward is None:
+            own.pop("forward", None)
+        else:
+            own["forward"] = self._original_forward
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            _put_forward(own, saved)
 
     def _record(self, args: tuple, kwargs: dict) -> Any:
         self.samples.calls_seen += 1
@@ -151,13 +247,13 @@ class Module(nn.Module):
         """A tuned module's backend takes calls again (after deactivate()); a module kept eager stays so."""
         if self.state == ModuleState.RECORDING:
             raise ConfigError(f"{self.name} is not tuned: there is no backend to activate")
-        if self.state == ModuleState.TUNED:
+        if self.state == ModuleState.TUNED and self.backend is not None:
             self.backend.activate()
 
     def deactivate(self) -> None:
         """Release a tuned module's backend (its memory, its replacements); activate() brings it back.
         Calls in between fail with the backend's error."""
-        if self.state == ModuleState.TUNED:
+        if self.state == ModuleState.TUNED and self.backend is not None:
             self.backend.deactivate()
 
     def enable_passthrough(self, force: bool = False) -> None:
@@ -187,13 +283,42 @@ class Module(nn.Module):
         self.use_backend(None)
         self.state = ModuleState.RECORDING
 
+    def keep_eager(self) -> None:
+        """The decision kept eager (no candidate was faster, or none passed): TUNED, as in AITune, whose
+        strategy returns the eager baseline as the backend. Calls run eagerly; the report says why."""
+        self.use_backend(None)
+        self.state = ModuleState.TUNED
+        self.failure = ""
+
     def stay_eager(self, reason: str) -> None:
+        """Tuning failed (or was stopped): EAGER, with the reason kept in self.failure."""
         self.use_backend(None)
         self.failure = reason
 
     def extra_repr(self) -> str:
-        chosen = self.backend.describe() if self.backend else "eager"
+        chosen = self.backend.describe() if self.backend else "eager"   # also TUNED with eager kept
         return f"name={self.name!r}, state={self.state.value}, backend={chosen}"
+
+
+def qualified_name(module: nn.Module) -> str:
+    """AITune's default name: the module's class as "package.module.Qualname"."""
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _put_forward(own: dict, forward) -> None:
+    if forward is None:
+        own.pop("forward", None)
+    else:
+        own["forward"] = forward
+
+
+def _put_back(inner: nn.Module, saved: tuple) -> None:
+    """Forward and hooks back as _make_plain took them; hooks registered meanwhile (by a backend) stay, first."""
+    own = inner.__dict__
+    _put_forward(own, saved[0])
+    for hooks, before in ((own["_forward_pre_hooks"], saved[1]), (own["_forward_hooks"], saved[2])):
+        hooks.update(before)
 
 
 def _one_strategy(strategy, strategies):
@@ -234,10 +359,14 @@ def find_modules(obj: Any) -> dict[str, Module]:
     if isinstance(obj, Module):
         return {"": obj}
     found: dict[str, Module] = {}
+    if isinstance(obj, nn.Module) and wrapper_of(obj) is not None:
+        return {"": wrapper_of(obj)}   # the original object of a wrapper: it is tuned, saved and loaded as one
     if isinstance(obj, nn.Module):
         for path, sub in obj.named_modules():
-            if isinstance(sub, Module) and not any(path.startswith(p + ".") for p in found if p):
-                found[path] = sub
+            wrapper = sub if isinstance(sub, Module) else wrapper_of(sub)
+            if (wrapper is not None and not any(path.startswith(p + ".") for p in found if p)
+                    and all(wrapper is not w for w in found.values())):
+                found[path] = wrapper
     elif hasattr(obj, "__dict__"):
         for attr, value in sorted(vars(obj).items()):
             if isinstance(value, nn.Module):

@@ -488,7 +488,7 @@ def _time_loaded(root, fresh, device) -> dict:
         if rounds <= 0 or not strategy.performance_validation:
             continue
         try:
-            timed = time_deployed(loaded, loaded.module, original.samples.to(device), device, rounds, strategy,
+            timed = time_deployed(loaded, loaded.eager_call, original.samples.to(device), device, rounds, strategy,
                                   strategy.measure_config)
         except Exception as exc:  # the timing's own failure is reported; the checkpoint stays as it is
             results[original.name] = {"backend": loaded.backend.name, "verdict": "check failed",
