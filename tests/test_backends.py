@@ -236,7 +236,7 @@ CONFIGS = [
     TorchInductorAotBackendConfig(inductor_configs={"max_autotune": True}, dynamic_batch=False),
     ONNXRuntimeBackendConfig(),
     ONNXRuntimeBackendConfig(use_dynamo=False, execution_provider=ONNXExecutionProvider.CUDA, opset_version=17),
-    TorchAOBackendConfig(),
+    TorchAOBackendConfig(quantization="fp8wo"),
     TorchAOBackendConfig(quantization="int8dq", compile=False, mode="max-autotune", dynamic=True),
 ]
 

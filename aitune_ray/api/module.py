@@ -13,7 +13,7 @@ from torch import nn
 from aitune_ray.backend.backend import Backend
 from aitune_ray.records.registry import set_user_wrapper
 from aitune_ray.model.dynamic_shapes import check_dynamic_shapes
-from aitune_ray.errors import AITuneRayError, ConfigError, RecordingError
+from aitune_ray.errors import AITuneRayError, ConfigError, ModuleStateError, RecordingError
 from aitune_ray.model.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
 from aitune_ray.model.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
 
@@ -57,7 +57,8 @@ class Module(nn.Module):
     original object records, runs the tuned backend or runs eagerly exactly as calling the wrapper does; its
     forward hooks run around that, once per call, and are removed while a backend builds or runs.
 
-    module: the nn.Module to tune. name: used in reports and checkpoints (default: its class name).
+    module: the nn.Module to tune. name: used in reports and checkpoints (default: AITune's, the class as
+        "package.module.Qualname"; "/" in a given name becomes "_", as AITune's).
     strategy: a TuneStrategy (default: MaxThroughput over the backends usable on this machine).
     strategies: AITune's per-graph list; a module here is one graph, so a list of one strategy only.
     dynamic_shapes: refused (the shapes a backend accepts are the recorded ones; record calls at a
@@ -83,7 +84,7 @@ class Module(nn.Module):
                               "TensorRT's optimization profiles) and leave dynamic_shapes out")
         super().__init__()
         self.module = module
-        self.name = name or type(module).__name__
+        self.name = name.replace("/", "_") if name else qualified_name(module)   # as AITune names it
         self.strategy = strategy
         self.max_samples = max_samples
         self.samples = SampleStore()
@@ -242,11 +243,33 @@ class Module(nn.Module):
             self.strategy = own
         return report.modules[0] if report.modules else None
 
+    # ----- AITune's properties -----------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """As AITune's: the tuned backend's device once tuned, else the wrapped module's."""
+        from aitune_ray.runtime.device import module_device
+
+        if self.backend is not None and self.backend.device is not None:
+            return torch.device(self.backend.device)
+        return module_device(self.module)
+
+    @property
+    def cache_dir(self):
+        raise ConfigError(f"{self.name}: Module.cache_dir does not exist here: nothing is cached between runs "
+                          "(each run's builds live in a work folder removed after it); to keep a run's results "
+                          "and resume it, pass tune(..., run_dir=FOLDER)")
+
+    @property
+    def graph_specs(self):
+        raise ConfigError(f"{self.name}: Module.graph_specs does not exist here: a module is tuned as one graph on "
+                          "every recorded shape; module.samples.batch_sizes() and module.samples.signature() "
+                          "describe what was recorded")
+
     # ----- AITune's state methods --------------------------------------------------------------
     def activate(self) -> None:
         """A tuned module's backend takes calls again (after deactivate()); a module kept eager stays so."""
         if self.state == ModuleState.RECORDING:
-            raise ConfigError(f"{self.name} is not tuned: there is no backend to activate")
+            raise ModuleStateError(f"{self.name} is not tuned: there is no backend to activate")
         if self.state == ModuleState.TUNED and self.backend is not None:
             self.backend.activate()
 
@@ -269,7 +292,7 @@ class Module(nn.Module):
 
     def _leave_tuned(self, force: bool, method: str) -> None:
         if self.state == ModuleState.TUNED and not force:
-            raise ConfigError(f"{self.name} is tuned: {method}(force=True) drops its backend")
+            raise ModuleStateError(f"{self.name} is tuned: {method}(force=True) drops its backend")
 
     def use_backend(self, backend: Backend | None) -> None:
         """Route calls to backend (active), or back to eager with None."""

@@ -171,7 +171,7 @@ class ModuleFunctionKernelProfiler:
         return self.function_names is None or name in self.function_names
 
     def profile(self, function: Callable, data: Sequence | None = None, *, module: nn.Module | None = None,
-                warmup_iterations: int = 2, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
+                warmup_iterations: int = 3, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
         """Run function over data (None: once with no arguments) under the profiler.
 
         teardown_cupti: detach CUPTI after a CUDA trace (see the module docstring; False in a Ray driver).
