@@ -59,3 +59,13 @@ def test_kernel_generation_timeout_reads_the_environment_variable():
     env = {**os.environ, "AITUNE_KERNEL_GENERATION_TIMEOUT": "42.5"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["42.5", "42.5"]
+
+
+def test_a_provider_dict_in_aitunes_form_loads_and_ours_keeps_aitunes_keys():
+    from aitune_ray.kernel_forge.kernel_provider import TorchSDPAKernelProvider, kernel_provider_from_dict
+
+    provider = kernel_provider_from_dict({"type": "TorchSDPAKernelProvider", "backend": "MATH"})   # AITune's form
+    assert type(provider) is TorchSDPAKernelProvider and provider.is_ready
+    data = provider.to_dict()
+    assert data["type"] == "TorchSDPAKernelProvider" and data["backend"] == "MATH"
+    assert set(data) - {"type", "backend"} <= {"class", "ready", "tolerance", "pin_op"}   # the documented extras
