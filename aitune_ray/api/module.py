@@ -155,10 +155,7 @@ class Module(nn.Module):
         saved = (own.get("forward"), dict(pre), dict(post))
         pre.clear()
         post.clear()
-        if self._original_forward is None:
-            own.pop("forward", None)
-        else:
-            own["forward"] = self._original_forward
+        _put_forward(own, self._original_forward)
         return saved
 
     def patch_forward(self) -> None:
@@ -179,16 +176,12 @@ class Module(nn.Module):
         """The wrapped module run eagerly as the user calls it (its hooks around its own forward), untouched by
         the wrapper's state: the baseline the deployed module is timed against."""
         inner = self.module
-        own = inner.__dict__
-        saved = own.get("forward")
-        if self._original_forward is None:
-            own.pop("forward", None)
-        else:
-            own["forward"] = self._original_forward
+        saved = inner.__dict__.get("forward")
+        _put_forward(inner.__dict__, self._original_forward)
         try:
             return inner(*args, **kwargs)
         finally:
-            _put_forward(own, saved)
+            _put_forward(inner.__dict__, saved)
 
     def _record(self, args: tuple, kwargs: dict) -> Any:
         self.samples.calls_seen += 1
@@ -307,7 +300,7 @@ class Module(nn.Module):
         self.state = ModuleState.RECORDING
 
     def keep_eager(self) -> None:
-        """The decision kept eager (no candidate was faster, or none passed): TUNED, as in AITune, whose
+        """The decision kept eager (no candidate that built and passed was faster): TUNED, as in AITune, whose
         strategy returns the eager baseline as the backend. Calls run eagerly; the report says why."""
         self.use_backend(None)
         self.state = ModuleState.TUNED
@@ -330,6 +323,7 @@ def qualified_name(module: nn.Module) -> str:
 
 
 def _put_forward(own: dict, forward) -> None:
+    """A module's own forward attribute set to forward (None: none of its own, so its class's forward)."""
     if forward is None:
         own.pop("forward", None)
     else:
