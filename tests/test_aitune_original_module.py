@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import aitune_ray as ait
-from aitune_ray.errors import ConfigError
 from tests.helpers import CALLS, FAST_MEASURE, FastBackend, SleepyAffine, fresh_counters, helper  # noqa: F401
 
 
@@ -75,11 +74,16 @@ def test_a_failed_load_leaves_the_plain_module_unwrapped(tmp_path):
     assert plain.calls == 1
 
 
-def test_wrapping_the_same_module_twice_is_refused():
+def test_wrapping_the_same_module_again_hands_its_calls_to_the_new_wrapper():
     model = SleepyAffine(0.0)
-    ait.Module(model, name="first")
-    with pytest.raises(ConfigError, match="already wrapped by aitune_ray.Module 'first'"):
-        ait.Module(model, name="second")
+    first = ait.Module(model, name="first")
+    second = ait.Module(model, name="second")
+    model(torch.randn(2, 3))
+    assert (len(first.samples), len(second.samples)) == (0, 1)
+    first(torch.randn(2, 3))                      # the earlier wrapper still works on its own
+    assert (len(first.samples), len(second.samples)) == (1, 1)
+    with second.unpatched():
+        assert "forward" not in vars(model)       # the module's own forward, as before either wrapper
 
 
 def test_the_original_forward_signature_still_reads():

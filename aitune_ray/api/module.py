@@ -72,9 +72,7 @@ class Module(nn.Module):
             raise ConfigError(f"Module wraps a torch.nn.Module, not {type(module).__name__}")
         if isinstance(module, Module):
             raise ConfigError("this module is already wrapped by aitune_ray.Module")
-        if wrapper_of(module) is not None:
-            raise ConfigError(f"this module is already wrapped by aitune_ray.Module {wrapper_of(module).name!r}: "
-                              "use that wrapper (or call the module itself: its calls already reach it)")
+        previous = wrapper_of(module)   # wrapped before: this wrapper takes its calls over
         strategy = _one_strategy(strategy, strategies)
         if dynamic_shapes is not None:
             check_dynamic_shapes(dynamic_shapes)
@@ -95,10 +93,15 @@ class Module(nn.Module):
         self.failure: str = ""
         self.register_state_dict_post_hook(_unprefixed_keys)
         self.register_load_state_dict_pre_hook(_prefixed_keys)
-        self._original_forward = module.__dict__.get("forward")   # an instance's own forward, if it had one
+        # an instance's own forward, if it had one (the earlier wrapper's record of it, when wrapped before)
+        self._original_forward = previous._original_forward if previous is not None else module.__dict__.get("forward")
         self._proxy = ProxyForward(self)
         if patch_forward:
             self.patch_forward()
+            if previous is not None:
+                logger.warning("%s was already wrapped by aitune_ray.Module %r: calls to it now reach the new "
+                               "wrapper %r (the earlier one keeps its samples and backend)", type(module).__name__,
+                               previous.name, self.name)
 
     @property
     def __class__(self):   # isinstance(wrapped, nn.Linear) as for the module it stands in for

@@ -8,6 +8,7 @@ and an ahead-of-time backend also ``_artifacts`` and ``_load``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -89,6 +90,15 @@ class BackendState(str, enum.Enum):
     INACTIVE = "inactive"
     CHECKPOINT_LOADED = "checkpoint_loaded"
     DEPLOYED = "deployed"
+
+
+def as_it_was(module: nn.Module):
+    """A context in which a module that aitune_ray.Module wraps has its own forward and no hooks (its wrapper's
+    unpatched()), so that a backend built on it directly, not by tune(), traces the module and not the wrapper's
+    proxy; a nullcontext for any other module."""
+    proxy = getattr(module, "__dict__", {}).get("forward")
+    unpatched = getattr(getattr(proxy, "wrapper", None), "unpatched", None)
+    return unpatched() if callable(unpatched) else contextlib.nullcontext()
 
 
 def require(module_name: str, extra: str, what: str) -> Any:
@@ -237,7 +247,8 @@ class Backend(ABC):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         logger.info("building %s on %s", self.describe(), self.device)
-        self._build(module, samples, self.device, workdir)
+        with as_it_was(module):
+            self._build(module, samples, self.device, workdir)
         self.state = BackendState.ACTIVE
         return self
 
@@ -278,10 +289,11 @@ class Backend(ABC):
         """Make this backend ready from a checkpoint: JIT rebuilds from its recipe, AOT loads its artifact."""
         self.device = torch.device(device)
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        if self.is_jit:
-            self._build(module, SampleStore(), self.device, Path(workdir))
-        else:
-            self._load(module, state, artifacts, self.device)
+        with as_it_was(module):
+            if self.is_jit:
+                self._build(module, SampleStore(), self.device, Path(workdir))
+            else:
+                self._load(module, state, artifacts, self.device)
         self.state = BackendState.CHECKPOINT_LOADED
         return self
 
