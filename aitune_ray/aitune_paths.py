@@ -39,8 +39,6 @@ ONE_FILE = ("a checkpoint is one verified .ait file (no pickles, no folders of a
             "aitune_ray.save / aitune_ray.load, placed by LocalTorchStorage")
 NO_CONFIG = ("there is no global configuration: options are arguments of the strategies, the backend configs, "
              "tune() and the executor")
-DATALOADER_COLLATE = ("the default collate returns (args, kwargs) (aitune_ray.model.dataloader.collate); see "
-                      "DataLoaderFactory in docs/aitune.md")
 NO_DISTRIBUTED = ("no multi-rank (torch.distributed) coordination: tuning runs once, its builds spread over Ray "
                   "actors")
 LOGGING = "logging is configured by the application; this package logs to the logger named by each module"
@@ -101,7 +99,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "jit.html_generator": {},
     "jit.inspect_module": {"jit.patched": "ModuleState"},
     "jit.patched_module": {"jit.patched": "ModuleState PatchedModule"},
-    "dataloader": {"model.dataloader": "DataLoaderFactory ensure_enough_samples samples_generator",
+    "dataloader": {"model.dataloader": "DataLoaderFactory default_data_collator ensure_enough_samples samples_generator",
                    "model.datasets": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset "
                                      "SingleBatchDatasetWrapper"},
     "distributed": {},
@@ -210,7 +208,7 @@ ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
     "backend.torch_tensorrt_jit_backend": (("assert_torch_tensorrt", TORCH_TRT_INSIDE),),
     "backend.torch_tensorrt_logging": (("torch_tensorrt_errors torch_tensorrt_warnings", TORCH_TRT_INSIDE),),
     "backend.torchao_backend": (
-        ("DEFAULT_QUANTIZATION MXFP8DQ_BLOCK_SIZE_DIVISIBILITY NVFP4DQ_BLOCK_SIZE_DIVISIBILITY QuantizationType",
+        ("MXFP8DQ_BLOCK_SIZE_DIVISIBILITY NVFP4DQ_BLOCK_SIZE_DIVISIBILITY QuantizationType",
          TORCHAO_NAMES),),
     "checkpoint.artifact": (("ArtifactPath", ONE_FILE),),
     "checkpoint.checkpoint": (("Checkpoint", ONE_FILE),),
@@ -223,7 +221,6 @@ ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
     "checkpoint.torch_checkpoint": (("TorchCheckpoint", ONE_FILE),),
     "config": (("AITuneConfig AITuneMode DEFAULT_DEVICE_AFTER_TUNING DEFAULT_MAX_NUM_SAMPLES_STORED "
                 "DEFAULT_MIN_NUM_SAMPLES DEFAULT_TUNING_DATA_OUTPUT_PATH", NO_CONFIG),),
-    "dataloader": (("default_data_collator", DATALOADER_COLLATE),),
     "distributed": (("DistributedContext DistributedCoordinator DistributedOutcome coordinator "
                      "distributed_cache_dir distributed_context distributed_output_path resolve_tuning_device",
                      NO_DISTRIBUTED),),

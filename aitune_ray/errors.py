@@ -9,6 +9,11 @@ class ConfigError(AITuneRayError, ValueError):
     """A configuration value, job file key or argument is invalid."""
 
 
+class ModuleStateError(ConfigError, RuntimeError):
+    """A Module method called in a state that does not allow it (activate() before tuning, leaving a tuned
+    state without force=True): a RuntimeError as AITune raises, and a ConfigError."""
+
+
 class DeviceError(AITuneRayError, ValueError):
     """A device was asked for that this machine does not have."""
 
@@ -17,8 +22,8 @@ class DatasetError(AITuneRayError, ValueError):
     """The dataset is empty, or an item cannot be passed to the tuned function."""
 
 
-class RecordingError(AITuneRayError):
-    """A module has no recorded samples, or a sample cannot be recorded."""
+class RecordingError(AITuneRayError, ValueError):
+    """A module has no recorded samples, or a sample cannot be recorded (a ValueError, as AITune raises)."""
 
 
 class MissingDependencyError(AITuneRayError, ImportError):
@@ -37,8 +42,8 @@ class MissingDependencyError(AITuneRayError, ImportError):
         return type(self), self._made_with
 
 
-class BuildError(AITuneRayError):
-    """A backend failed to build (raised, crashed, timed out or ran out of memory)."""
+class BuildError(AITuneRayError, RuntimeError):
+    """A backend failed to build (raised, crashed, timed out or ran out of memory); a RuntimeError, as AITune's."""
 
 
 class NotApplicableError(BuildError):
@@ -60,8 +65,8 @@ class InputMismatchError(AITuneRayError, ValueError):
     """A call's tensor does not match what a built backend takes (device, dtype, layout, shape)."""
 
 
-class CorrectnessError(AITuneRayError):
-    """A backend's outputs differ from eager outputs beyond tolerance."""
+class CorrectnessError(AITuneRayError, RuntimeError):
+    """A backend's outputs differ from eager outputs beyond tolerance (a RuntimeError, as AITune raises)."""
 
 
 class CheckpointError(AITuneRayError):

@@ -139,8 +139,9 @@ def test_tune_takes_aitunes_arguments_in_aitunes_order_with_its_defaults():
 def test_module_save_load_and_strategies_take_aitunes_keywords():
     assert list(_parameters(ait.Module))[:5] == ["module", "name", "strategy", "strategies", "dynamic_shapes"]
     assert list(_parameters(ait.Module.tune))[:4] == ["self", "device", "strategy", "dry_run"]
-    assert list(_parameters(ait.save))[:3] == ["obj", "path", "storage"]
-    assert "storage" in _parameters(ait.load)
+    assert list(_parameters(ait.save))[:3] == ["module", "path", "storage"]
+    assert list(_parameters(ait.load).items())[:5] == [("module", inspect.Parameter.empty), (
+        "path", inspect.Parameter.empty), ("storage", None), ("device_map", None), ("disable_external_logging", True)]
     for method in ("enable_performance_validation", "enable_correctness_check", "enable_find_max_batch_size",
                    "for_aot", "for_jit"):
         assert callable(getattr(ait.FirstWinsStrategy, method)), method
@@ -190,7 +191,7 @@ def test_correctness_check_and_find_max_batch_size_options():
 
 
 def test_backend_options_as_aitune_names_them():
-    from aitune_ray.backend import (ONNXExecutionProvider, TensorRTBackendConfig, TensorRTProfile,
+    from aitune_ray.backend import (ONNXExecutionProvider, TensorRTBackendConfig, TensorRTProfile, TorchAOBackend,
                                     TorchAOBackendConfig, TorchEagerBackendConfig, TorchInductorJitBackendConfig,
                                     TorchTensorRTJitBackendConfig)
 
@@ -200,7 +201,7 @@ def test_backend_options_as_aitune_names_them():
         assert on.autocast_dtype == "bfloat16" and config.from_dict(on.to_dict()) == on
         with pytest.raises(ConfigError, match="autocast_enabled=True"):
             config(autocast_dtype=torch.float16)
-    ao = TorchAOBackendConfig()
+    ao = TorchAOBackend().config
     assert (ao.quantization, ao.mode, ao.fullgraph, ao.dynamic) == ("fp8wo", "max-autotune", False, None)
     with pytest.raises(ConfigError, match="filter_fqns"):
         TorchAOBackendConfig(filter_fn=lambda module, fqn: True)

@@ -84,7 +84,7 @@ def test_wrapped_module_attributes_are_reachable():
     module = ait.Module(SleepyAffine(0.0, scale=7.0), name="affine")
     assert module.scale == 7.0
     assert module.name == "affine"
-    assert ait.Module(SleepyAffine(0.0)).name == "SleepyAffine"
+    assert ait.Module(SleepyAffine(0.0)).name == "tests.helpers.SleepyAffine"   # AITune's qualified name
     assert module.state == ait.ModuleState.RECORDING
 
 

@@ -73,7 +73,7 @@ def test_a_pipeline_of_three_modules_starts_every_module_s_builds_before_any_dec
     assert [m.module for m in report.modules] == names
     for module in modules:   # every build ran; the choice itself is the real-time confirm session's call
         assert {r.status for r in module.report.results} == {"ok"}, module.report.decision
-        assert module.state == (ModuleState.TUNED if module.report.chosen else ModuleState.EAGER)
+        assert module.state == ModuleState.TUNED and (module.backend is None) == (not module.report.chosen)
     started = [i for i, e in enumerate(events) if e["task"] == "build" and e["event"] == "building"]
     decided = [i for i, e in enumerate(events) if e["task"] == "remeasure"]
     assert len(started) == 9 and max(started) < min(decided)
@@ -109,7 +109,8 @@ def test_a_module_whose_builds_all_fail_leaves_the_other_modules_decisions_intac
         (result,) = module.report.results
         assert result.ok and module.report.verdict["rounds"] > 0, module.report.decision
         assert module.report.verdict["kind"] != CONFIRM_FAILED, module.report.decision
-        assert module.state == (ModuleState.TUNED if module.report.chosen == result.key else ModuleState.EAGER)
+        assert module.state == ModuleState.TUNED   # eager kept by the decision is TUNED, as in AITune
+        assert (module.backend is None) == (module.report.chosen != result.key)
     assert set(report.failures) == {"broken"}
 
 

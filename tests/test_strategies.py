@@ -71,7 +71,7 @@ def test_one_backend_correct_but_slower_falls_back_to_eager():
     backend = slow()
     module = recorded(ait.OneBackendStrategy(backend, measure_config=FAST_MEASURE))
     report = module.tune(device="cpu")
-    assert module.state == ait.ModuleState.EAGER
+    assert module.state == ait.ModuleState.TUNED and module.backend is None   # AITune's eager baseline backend
     assert module.backend is None
     assert report.chosen is None
     assert "kept eager" in report.decision and "not faster" in report.decision
@@ -131,7 +131,7 @@ def test_first_wins_keeps_eager_when_all_fail():
     module = recorded(ait.FirstWinsStrategy([failing(), wrong(), slow()], measure_config=FAST_MEASURE))
     report = module.tune(device="cpu")
     assert report.chosen is None
-    assert module.state == ait.ModuleState.EAGER
+    assert module.state == ait.ModuleState.TUNED and module.backend is None
     assert report.decision.startswith("kept eager")
     for name in ("FailingBackend: error", "WrongBackend: rejected", "SlowBackend: slower than eager at its screening"):
         assert name in report.decision
@@ -174,7 +174,7 @@ def test_max_throughput_keeps_eager_when_no_backend_beats_eager():
                                                 measure_config=FAST_MEASURE))
     report = module.tune(device="cpu")
     assert report.chosen is None
-    assert module.state == ait.ModuleState.EAGER
+    assert module.state == ait.ModuleState.TUNED and module.backend is None
     assert report.decision.startswith("kept eager: not faster")
     assert "SlowBackend" in report.decision
 

@@ -59,7 +59,7 @@ def test_configs_round_trip_with_the_nested_compile_config():
 
 
 @pytest.mark.parametrize("fields, words", [
-    ({"enabled_precisions": ["float16"]}, "use_explicit_typing=True"),          # torch-tensorrt 2.11's rule
+    ({"enabled_precisions": ["float16"], "use_explicit_typing": True}, "use_explicit_typing=True"),   # 2.11's rule
     ({"enabled_precisions": ["float64"], "use_explicit_typing": False}, "is not one of"),
     ({"enabled_precisions": []}, "at least one"),
     ({"min_block_size": 0}, "positive"),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect as pyinspect
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -11,7 +13,7 @@ from torch import nn
 from aitune_ray.backend.backend import Backend
 from aitune_ray.records.registry import set_user_wrapper
 from aitune_ray.model.dynamic_shapes import check_dynamic_shapes
-from aitune_ray.errors import AITuneRayError, ConfigError, RecordingError
+from aitune_ray.errors import AITuneRayError, ConfigError, ModuleStateError, RecordingError
 from aitune_ray.model.recording import ModuleState, note_call, recording_session  # noqa: F401 (re-exported)
 from aitune_ray.model.samples import Sample, SampleStore, batch_size_of, check_recordable, detach_clone
 
@@ -19,7 +21,31 @@ logger = logging.getLogger(__name__)
 
 #: What the wrapper itself holds: set on it even where the wrapped module has an attribute of that name.
 OWN_ATTRIBUTES = frozenset({"module", "name", "strategy", "max_samples", "samples", "state", "backend", "report",
-                            "failure", "_workdir"})
+                            "failure", "_workdir", "_proxy", "_original_forward"})
+
+
+class ProxyForward:
+    """The wrapped module's own forward while it is wrapped, as AITune's proxy: code that keeps calling the
+    original object runs its hooks and then this, which hands the call to the wrapper (recorded, tuned
+    backend or eager). inspect.signature() reads the original forward's signature."""
+
+    __slots__ = ("wrapper",)
+
+    def __init__(self, wrapper: "Module"):
+        self.wrapper = wrapper
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapper._dispatch(args, kwargs)   # noqa: SLF001 - the wrapper's own call path
+
+    @property
+    def __signature__(self) -> pyinspect.Signature:
+        return pyinspect.signature(self.wrapper._plain_forward())   # noqa: SLF001
+
+
+def wrapper_of(module: Any) -> "Module | None":
+    """The aitune_ray.Module whose proxy stands in module's forward, else None."""
+    proxy = getattr(module, "__dict__", {}).get("forward")
+    return proxy.wrapper if isinstance(proxy, ProxyForward) else None
 
 
 class Module(nn.Module):
@@ -27,7 +53,12 @@ class Module(nn.Module):
     the wrapped class, its attributes (read and set) and indexing reach the wrapped module, and state_dict() keys are
     the wrapped module's own (no prefix), so a model's state_dict reads the same wrapped or not.
 
-    module: the nn.Module to tune. name: used in reports and checkpoints (default: its class name).
+    As in AITune, the wrapped module's own forward is replaced by a proxy (ProxyForward), so calling the
+    original object records, runs the tuned backend or runs eagerly exactly as calling the wrapper does; its
+    forward hooks run around that, once per call, and are removed while a backend builds or runs.
+
+    module: the nn.Module to tune. name: used in reports and checkpoints (default: AITune's, the class as
+        "package.module.Qualname"; "/" in a given name becomes "_", as AITune's).
     strategy: a TuneStrategy (default: MaxThroughput over the backends usable on this machine).
     strategies: AITune's per-graph list; a module here is one graph, so a list of one strategy only.
     dynamic_shapes: refused (the shapes a backend accepts are the recorded ones; record calls at a
@@ -36,11 +67,12 @@ class Module(nn.Module):
     """
 
     def __init__(self, module: nn.Module, name: str | None = None, strategy=None, strategies=None,
-                 dynamic_shapes=None, max_samples: int = 64):
+                 dynamic_shapes=None, max_samples: int = 64, *, patch_forward: bool = True):
         if not isinstance(module, nn.Module):
             raise ConfigError(f"Module wraps a torch.nn.Module, not {type(module).__name__}")
         if isinstance(module, Module):
             raise ConfigError("this module is already wrapped by aitune_ray.Module")
+        previous = wrapper_of(module)   # wrapped before: this wrapper takes its calls over
         strategy = _one_strategy(strategy, strategies)
         if dynamic_shapes is not None:
             check_dynamic_shapes(dynamic_shapes)
@@ -50,7 +82,7 @@ class Module(nn.Module):
                               "TensorRT's optimization profiles) and leave dynamic_shapes out")
         super().__init__()
         self.module = module
-        self.name = name or type(module).__name__
+        self.name = name.replace("/", "_") if name else qualified_name(module)   # as AITune names it
         self.strategy = strategy
         self.max_samples = max_samples
         self.samples = SampleStore()
@@ -61,6 +93,15 @@ class Module(nn.Module):
         self.failure: str = ""
         self.register_state_dict_post_hook(_unprefixed_keys)
         self.register_load_state_dict_pre_hook(_prefixed_keys)
+        # an instance's own forward, if it had one (the earlier wrapper's record of it, when wrapped before)
+        self._original_forward = previous._original_forward if previous is not None else module.__dict__.get("forward")
+        self._proxy = ProxyForward(self)
+        if patch_forward:
+            self.patch_forward()
+            if previous is not None:
+                logger.warning("%s was already wrapped by aitune_ray.Module %r: calls to it now reach the new "
+                               "wrapper %r (the earlier one keeps its samples and backend)", type(module).__name__,
+                               previous.name, self.name)
 
     @property
     def __class__(self):   # isinstance(wrapped, nn.Linear) as for the module it stands in for
@@ -86,12 +127,64 @@ class Module(nn.Module):
 
     # ----- calls ----------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        inner = self.module
+        if inner.__dict__.get("forward") is self._proxy:
+            return inner(*args, **kwargs)   # the wrapped module's hooks, then its forward: the proxy
+        return self._dispatch(args, kwargs)
+
+    def _dispatch(self, args: tuple, kwargs: dict) -> Any:
+        """One call: recorded, the backend's, or eager; the wrapped module's own forward back in place and its
+        hooks removed meanwhile (they ran around this call), so a backend calling it runs neither twice."""
         note_call(self)
-        if self.state == ModuleState.TUNED:
-            return self.backend.infer(*args, **kwargs)
-        if self.state == ModuleState.RECORDING:
-            return self._record(args, kwargs)
-        return self.module(*args, **kwargs)
+        inner = self.module
+        saved = self._make_plain(inner)
+        try:
+            if self.state == ModuleState.RECORDING:
+                return self._record(args, kwargs)
+            if self.backend is not None:
+                return self.backend.infer(*args, **kwargs)
+            return inner(*args, **kwargs)   # eager: not tuned, failed, or kept eager by the decision
+        finally:
+            _put_back(inner, saved)
+
+    def _plain_forward(self):
+        return self._original_forward or type(self.module).forward.__get__(self.module)
+
+    def _make_plain(self, inner: nn.Module) -> tuple:
+        """Take the proxy and the forward hooks off inner (the hook dicts stay the same objects, so every
+        handle keeps working); returns what _put_back puts back."""
+        own = inner.__dict__
+        pre, post = own["_forward_pre_hooks"], own["_forward_hooks"]
+        saved = (own.get("forward"), dict(pre), dict(post))
+        pre.clear()
+        post.clear()
+        _put_forward(own, self._original_forward)
+        return saved
+
+    def patch_forward(self) -> None:
+        """Put the proxy in the wrapped module's forward (Module() does, unless patch_forward=False)."""
+        self.module.__dict__["forward"] = self._proxy
+
+    @contextlib.contextmanager
+    def unpatched(self) -> Iterator[nn.Module]:
+        """The wrapped module as it was (its own forward, no hooks) while a backend builds, is restored or
+        timed beside eager; hooks a backend adds meanwhile are kept, run before the user's (as AITune)."""
+        saved = self._make_plain(self.module)
+        try:
+            yield self.module
+        finally:
+            _put_back(self.module, saved)
+
+    def eager_call(self, *args: Any, **kwargs: Any) -> Any:
+        """The wrapped module run eagerly as the user calls it (its hooks around its own forward), untouched by
+        the wrapper's state: the baseline the deployed module is timed against."""
+        inner = self.module
+        saved = inner.__dict__.get("forward")
+        _put_forward(inner.__dict__, self._original_forward)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            _put_forward(inner.__dict__, saved)
 
     def _record(self, args: tuple, kwargs: dict) -> Any:
         self.samples.calls_seen += 1
@@ -146,18 +239,40 @@ class Module(nn.Module):
             self.strategy = own
         return report.modules[0] if report.modules else None
 
+    # ----- AITune's properties -----------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """As AITune's: the tuned backend's device once tuned, else the wrapped module's."""
+        from aitune_ray.runtime.device import module_device
+
+        if self.backend is not None and self.backend.device is not None:
+            return torch.device(self.backend.device)
+        return module_device(self.module)
+
+    @property
+    def cache_dir(self):
+        raise ConfigError(f"{self.name}: Module.cache_dir does not exist here: nothing is cached between runs "
+                          "(each run's builds live in a work folder removed after it); to keep a run's results "
+                          "and resume it, pass tune(..., run_dir=FOLDER)")
+
+    @property
+    def graph_specs(self):
+        raise ConfigError(f"{self.name}: Module.graph_specs does not exist here: a module is tuned as one graph on "
+                          "every recorded shape; module.samples.batch_sizes() and module.samples.signature() "
+                          "describe what was recorded")
+
     # ----- AITune's state methods --------------------------------------------------------------
     def activate(self) -> None:
         """A tuned module's backend takes calls again (after deactivate()); a module kept eager stays so."""
         if self.state == ModuleState.RECORDING:
-            raise ConfigError(f"{self.name} is not tuned: there is no backend to activate")
-        if self.state == ModuleState.TUNED:
+            raise ModuleStateError(f"{self.name} is not tuned: there is no backend to activate")
+        if self.state == ModuleState.TUNED and self.backend is not None:
             self.backend.activate()
 
     def deactivate(self) -> None:
         """Release a tuned module's backend (its memory, its replacements); activate() brings it back.
         Calls in between fail with the backend's error."""
-        if self.state == ModuleState.TUNED:
+        if self.state == ModuleState.TUNED and self.backend is not None:
             self.backend.deactivate()
 
     def enable_passthrough(self, force: bool = False) -> None:
@@ -173,7 +288,7 @@ class Module(nn.Module):
 
     def _leave_tuned(self, force: bool, method: str) -> None:
         if self.state == ModuleState.TUNED and not force:
-            raise ConfigError(f"{self.name} is tuned: {method}(force=True) drops its backend")
+            raise ModuleStateError(f"{self.name} is tuned: {method}(force=True) drops its backend")
 
     def use_backend(self, backend: Backend | None) -> None:
         """Route calls to backend (active), or back to eager with None."""
@@ -187,13 +302,43 @@ class Module(nn.Module):
         self.use_backend(None)
         self.state = ModuleState.RECORDING
 
+    def keep_eager(self) -> None:
+        """The decision kept eager (no candidate that built and passed was faster): TUNED, as in AITune, whose
+        strategy returns the eager baseline as the backend. Calls run eagerly; the report says why."""
+        self.use_backend(None)
+        self.state = ModuleState.TUNED
+        self.failure = ""
+
     def stay_eager(self, reason: str) -> None:
+        """Tuning failed (or was stopped): EAGER, with the reason kept in self.failure."""
         self.use_backend(None)
         self.failure = reason
 
     def extra_repr(self) -> str:
-        chosen = self.backend.describe() if self.backend else "eager"
+        chosen = self.backend.describe() if self.backend else "eager"   # also TUNED with eager kept
         return f"name={self.name!r}, state={self.state.value}, backend={chosen}"
+
+
+def qualified_name(module: nn.Module) -> str:
+    """AITune's default name: the module's class as "package.module.Qualname"."""
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _put_forward(own: dict, forward) -> None:
+    """A module's own forward attribute set to forward (None: none of its own, so its class's forward)."""
+    if forward is None:
+        own.pop("forward", None)
+    else:
+        own["forward"] = forward
+
+
+def _put_back(inner: nn.Module, saved: tuple) -> None:
+    """Forward and hooks back as _make_plain took them; hooks registered meanwhile (by a backend) stay, first."""
+    own = inner.__dict__
+    _put_forward(own, saved[0])
+    for hooks, before in ((own["_forward_pre_hooks"], saved[1]), (own["_forward_hooks"], saved[2])):
+        hooks.update(before)
 
 
 def _one_strategy(strategy, strategies):
@@ -234,10 +379,14 @@ def find_modules(obj: Any) -> dict[str, Module]:
     if isinstance(obj, Module):
         return {"": obj}
     found: dict[str, Module] = {}
+    if isinstance(obj, nn.Module) and wrapper_of(obj) is not None:
+        return {"": wrapper_of(obj)}   # the original object of a wrapper: it is tuned, saved and loaded as one
     if isinstance(obj, nn.Module):
         for path, sub in obj.named_modules():
-            if isinstance(sub, Module) and not any(path.startswith(p + ".") for p in found if p):
-                found[path] = sub
+            wrapper = sub if isinstance(sub, Module) else wrapper_of(sub)
+            if (wrapper is not None and not any(path.startswith(p + ".") for p in found if p)
+                    and all(wrapper is not w for w in found.values())):
+                found[path] = wrapper
     elif hasattr(obj, "__dict__"):
         for attr, value in sorted(vars(obj).items()):
             if isinstance(value, nn.Module):

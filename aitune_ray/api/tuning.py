@@ -96,7 +96,8 @@ def _tune_one(module, device: torch.device, executor: Executor) -> ModuleReport:
                 len(samples), samples.batch_sizes())
     try:
         try:
-            report = strategy.tune(context, executor)
+            with module.unpatched():   # builds see the module as it was: its own forward, no hooks
+                report = strategy.tune(context, executor)
         except Exception:
             module.report = context.report
             raise

@@ -8,6 +8,7 @@ and an ahead-of-time backend also ``_artifacts`` and ``_load``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -91,6 +92,15 @@ class BackendState(str, enum.Enum):
     DEPLOYED = "deployed"
 
 
+def as_it_was(module: nn.Module):
+    """A context in which a module that aitune_ray.Module wraps has its own forward and no hooks (its wrapper's
+    unpatched()), so that a backend built on it directly, not by tune(), traces the module and not the wrapper's
+    proxy; a nullcontext for any other module."""
+    proxy = getattr(module, "__dict__", {}).get("forward")
+    unpatched = getattr(getattr(proxy, "wrapper", None), "unpatched", None)
+    return unpatched() if callable(unpatched) else contextlib.nullcontext()
+
+
 def require(module_name: str, extra: str, what: str) -> Any:
     """Import an optional library, or raise MissingDependencyError naming the extra to install. OSError too:
     a package whose native libraries are missing (torch_tensorrt without TensorRT's) fails to load that way."""
@@ -131,9 +141,14 @@ class Backend(ABC):
                 raise TypeError(f"{cls.__name__}.{name} has an invalid value {value!r}")
         BACKENDS.add(cls)
 
+    @classmethod
+    def default_config(cls) -> BackendConfig:
+        """The config of Backend() without one (a backend whose config has no defaults overrides it)."""
+        return cls.config_class()
+
     def __init__(self, config: BackendConfig | None = None):
         if config is None:
-            config = self.config_class()
+            config = type(self).default_config()
         if not isinstance(config, self.config_class):
             raise ConfigError(f"{type(self).__name__} takes a {self.config_class.__name__}, "
                               f"not {type(config).__name__}")
@@ -161,6 +176,35 @@ class Backend(ABC):
         """Plain data that recreates this backend unbuilt in another process."""
         return {"type": class_path(type(self)), "config": self.config.to_dict()}
 
+    def to_dict(self) -> dict:
+        """AITune's to_dict(): what recreates this backend, as plain data: its spec, and once built its JSON state,
+        device and artifact files (paths; AITune's ArtifactPath values)."""
+        data: dict[str, Any] = {"spec": self.spec()}
+        if self.state is not BackendState.INIT:
+            state, artifacts = self.export()
+            data.update(state=state, device=None if self.device is None else str(self.device),
+                        artifacts={name: str(path) for name, path in artifacts.items()})
+        return data
+
+    @classmethod
+    def from_dict(cls, module: nn.Module | None, state_dict: dict, workdir: Path | None = None) -> "Backend":
+        """AITune's from_dict(module, state_dict): the backend to_dict() describes, restored on module (built
+        again from its recipe, or loaded from its artifact files) when it was built, else unbuilt. For data this
+        program wrote: a checkpoint is read by aitune_ray.load, which checks what it loads."""
+        backend = Backend.from_spec(state_dict["spec"])
+        if cls is not Backend and not isinstance(backend, cls):
+            raise ConfigError(f"{state_dict['spec'].get('type')!r} is not a {cls.__name__}")
+        if "state" in state_dict:
+            if module is None:
+                raise ConfigError(f"{backend.name}.from_dict needs the module it was built for to restore it")
+            from aitune_ray.runtime import tempdirs
+
+            where = Path(workdir) if workdir is not None else Path(tempdirs.make("backend"))
+            backend.restore(module, state_dict["state"], {k: Path(v) for k, v in state_dict["artifacts"].items()},
+                            torch.device(state_dict.get("device") or "cpu"), where)
+            backend.activate()
+        return backend
+
     @staticmethod
     def from_spec(spec: dict) -> "Backend":
         return BACKENDS.resolve(spec["type"], Backend)._from_spec(spec)
@@ -168,7 +212,8 @@ class Backend(ABC):
     @classmethod
     def _from_spec(cls, spec: dict) -> "Backend":
         """Recreate from spec(); a backend whose spec() holds more than its config overrides both."""
-        return cls(cls.config_class.from_dict(dict(spec.get("config") or {})))
+        data = dict(spec.get("config") or {})
+        return cls(cls.config_class.from_dict(data) if data else None)
 
     # ----- planning before the build (a hook for executors) ----------------------------
     @classmethod
@@ -208,7 +253,8 @@ class Backend(ABC):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         logger.info("building %s on %s", self.describe(), self.device)
-        self._build(module, samples, self.device, workdir)
+        with as_it_was(module):
+            self._build(module, samples, self.device, workdir)
         self.state = BackendState.ACTIVE
         return self
 
@@ -249,10 +295,11 @@ class Backend(ABC):
         """Make this backend ready from a checkpoint: JIT rebuilds from its recipe, AOT loads its artifact."""
         self.device = torch.device(device)
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        if self.is_jit:
-            self._build(module, SampleStore(), self.device, Path(workdir))
-        else:
-            self._load(module, state, artifacts, self.device)
+        with as_it_was(module):
+            if self.is_jit:
+                self._build(module, SampleStore(), self.device, Path(workdir))
+            else:
+                self._load(module, state, artifacts, self.device)
         self.state = BackendState.CHECKPOINT_LOADED
         return self
 
@@ -317,6 +364,6 @@ def config_defaults(spec: dict) -> dict:
     (nothing is imported: a report may describe a checkpoint's specs)."""
     cls = BACKENDS.registered(str(spec.get("type", "")))
     try:
-        return cls.config_class().to_dict() if cls is not None else {}
+        return cls.default_config().to_dict() if cls is not None else {}
     except Exception:   # a config class without defaults for every field
         return {}

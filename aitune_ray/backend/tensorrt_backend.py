@@ -75,12 +75,12 @@ class TensorRTBackendConfig(BackendConfig):
     compatibility_level: str | None = None
     timing_cache: str | None = None
     profiles: Any = ProfileMode.SINGLE
+    device: str = "cuda"
     quantization_config: ONNXAutoCastConfig | None = None
     enable_tf32: bool = True
     use_cuda_graphs: bool = True
     max_cuda_graphs: int = 8
     cuda_graph_cache_policy: str = "lfu"
-    device: str = "cuda"
 
     def __post_init__(self) -> None:
         if self.cuda_graph_cache_policy not in ("lfu", "lru"):

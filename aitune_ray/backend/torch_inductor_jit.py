@@ -49,9 +49,9 @@ class TorchInductorJitBackendConfig(BackendConfig):
     safe_fields = {"mode": SAFE, "fullgraph": SAFE, "dynamic": SAFE, "options": SAFE_INDUCTOR_OPTIONS,
                    "autocast_enabled": SAFE, "autocast_dtype": SAFE}
 
-    mode: str | None = None
     fullgraph: bool = False
     dynamic: bool | None = None
+    mode: str | None = None
     options: dict | None = None
     autocast_enabled: bool = False   # run under torch.autocast (AITune's option; outputs keep the module's dtype)
     autocast_dtype: str | None = None   # "float16" or "bfloat16" (or a torch dtype); null: torch.autocast's default

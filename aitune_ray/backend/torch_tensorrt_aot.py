@@ -44,13 +44,19 @@ ARTIFACT = "model.ep"
 
 @dataclasses.dataclass
 class TorchTensorRTAotBackendConfig(BackendConfig):
-    """compile_config: Torch-TensorRT settings (TorchTensorRTConfig)."""
+    """compile_config: Torch-TensorRT settings (TorchTensorRTConfig).
+    pickle_protocol: AITune's, refused: the program is saved in torch.export's format, never pickled."""
 
     safe_fields = {"compile_config": TorchTensorRTConfig}
 
     compile_config: TorchTensorRTConfig = dataclasses.field(default_factory=TorchTensorRTConfig)
+    pickle_protocol: dataclasses.InitVar[Any] = None   # AITune's; refused below, never stored
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, pickle_protocol: Any = None) -> None:
+        if pickle_protocol is not None:
+            raise ConfigError("TorchTensorRTAotBackendConfig(pickle_protocol=...): the compiled program is saved in "
+                              "torch.export's format and a checkpoint never holds a pickle, so there is no protocol "
+                              "to choose; leave pickle_protocol out")
         self.compile_config = nested_compile_config(self.compile_config)
 
     def to_dict(self) -> dict:

@@ -62,7 +62,9 @@ def _precision(value: Any) -> str:
 @dataclasses.dataclass
 class TorchTensorRTConfig(BackendConfig):
     """enabled_precisions: dtypes TensorRT may choose kernels in (names or torch dtypes).
-    use_explicit_typing: keep the model's dtypes (strong typing); see the module docstring.
+    use_explicit_typing: keep the model's dtypes (strong typing); see the module docstring. None (the default):
+        True, or False where enabled_precisions names more than float32, so that AITune's
+        TorchTensorRTConfig(enabled_precisions={torch.float16}) asks for fp16 kernels as written (weak typing).
     workspace_size: builder workspace bytes (0: TensorRT's default).
     min_block_size: fewest convertible ops for a TensorRT partition (smaller runs stay in PyTorch).
     torch_executed_ops: ops kept in PyTorch ("torch.ops.aten.gelu.default", ...).
@@ -76,7 +78,7 @@ class TorchTensorRTConfig(BackendConfig):
         "optimization_level", "truncate_double", "require_full_compilation", "disable_tf32")}}
 
     enabled_precisions: list = dataclasses.field(default_factory=lambda: ["float32"])
-    use_explicit_typing: bool = True
+    use_explicit_typing: bool | None = None
     workspace_size: int = 0
     min_block_size: int = 5
     torch_executed_ops: list = dataclasses.field(default_factory=list)
@@ -94,6 +96,11 @@ class TorchTensorRTConfig(BackendConfig):
         self.enabled_precisions = sorted({_precision(p) for p in precisions})
         if not self.enabled_precisions:
             raise ConfigError("enabled_precisions must name at least one precision")
+        if self.use_explicit_typing is None:
+            self.use_explicit_typing = self.enabled_precisions == ["float32"]
+            if not self.use_explicit_typing:
+                logger.info("TorchTensorRTConfig: enabled_precisions %s, so use_explicit_typing=False (weak typing, "
+                            "deprecated in torch-tensorrt 2.11 and gone in 2.13)", self.enabled_precisions)
         if self.use_explicit_typing and self.enabled_precisions != ["float32"]:
             raise ConfigError(
                 f"enabled_precisions {self.enabled_precisions} with use_explicit_typing=True: torch-tensorrt keeps "

@@ -30,14 +30,16 @@ QUANTIZATIONS = {
 # presets that need a CUDA GPU of at least this compute capability (torchao's float8 / MX / NVFP4 kernels)
 NEEDS_CAPABILITY = {"fp8wo": (8, 9), "fp8dq": (8, 9), "mxfp8dq": (10, 0), "nvfp4dq": (10, 0)}
 ON_THE_CPU = "TorchAOBackend(TorchAOBackendConfig(quantization='int8wo', mode=None))"
+DEFAULT_QUANTIZATION = "fp8wo"   # AITune's: what TorchAOBackend() without a config quantizes with
 
 
 @dataclasses.dataclass
 class TorchAOBackendConfig(BackendConfig):
     """quantization: a preset (int8wo, int8dq, fp8wo, fp8dq, mxfp8dq, nvfp4dq); or quantization_config: a
-    torchao config object, which replaces the preset (kept in torchao's JSON form, so checkpoints never
-    pickle it). Then torch.compile with mode, fullgraph and dynamic, unless compile is False.
-    The defaults are AITune's: fp8wo, compiled with max-autotune. fp8 presets need a CUDA GPU of compute
+    torchao config object (AOBaseConfig), read back as given; to_dict() writes it in torchao's JSON form, so
+    checkpoints never pickle it. As in AITune, give exactly one of the two (a ConfigError, a ValueError,
+    otherwise). Then torch.compile with mode, fullgraph and dynamic, unless compile is False.
+    TorchAOBackend() without a config is AITune's: fp8wo, compiled with max-autotune. fp8 presets need a CUDA GPU of compute
     capability 8.9 or more, the MX and NVFP4 ones 10.0: elsewhere the build fails at once, naming the
     config to write (on the CPU: ON_THE_CPU).
     filter_fqns: quantize only the modules of these names (as model.named_modules() gives them; None:
@@ -48,7 +50,7 @@ class TorchAOBackendConfig(BackendConfig):
     safe_fields = {"quantization": SAFE, "filter_fqns": SAFE, "compile": SAFE, "mode": SAFE, "fullgraph": SAFE,
                    "dynamic": SAFE}
 
-    quantization: str | None = "fp8wo"   # int8wo, int8dq, fp8wo (AITune's default, CUDA 8.9+), fp8dq, mxfp8dq, nvfp4dq
+    quantization: str | None = None   # int8wo, int8dq, fp8wo (TorchAOBackend()'s, CUDA 8.9+), fp8dq, mxfp8dq, nvfp4dq
     quantization_config: Any = None
     compile: bool = True
     mode: str | None = "max-autotune"
@@ -66,22 +68,41 @@ class TorchAOBackendConfig(BackendConfig):
             if not all(isinstance(n, str) for n in self.filter_fqns):
                 raise ConfigError(f"filter_fqns must be a list of module names, got {self.filter_fqns!r}")
             self.filter_fqns = list(self.filter_fqns)
-        if self.quantization_config is not None:
-            if not isinstance(self.quantization_config, dict):
-                config_to_dict = import_quietly("torchao.core.config").config_to_dict
-                self.quantization_config = config_to_dict(self.quantization_config)
-            self.quantization = None  # a config object replaces the preset
+        if self.quantization is not None and self.quantization_config is not None:
+            raise ConfigError("TorchAOBackendConfig takes quantization= (a preset) or quantization_config= (a "
+                              "torchao config), not both, as AITune")
         if self.quantization is None and self.quantization_config is None:
-            raise ConfigError("TorchAOBackendConfig needs a quantization preset or a quantization_config")
+            raise ConfigError("TorchAOBackendConfig needs quantization= (a preset: "
+                              f"{', '.join(QUANTIZATIONS)}) or quantization_config= (a torchao config), as AITune; "
+                              f"TorchAOBackend() without a config uses quantization={DEFAULT_QUANTIZATION!r}")
+        if self.quantization_config is not None and not isinstance(self.quantization_config, dict):
+            import_quietly("torchao.core.config").config_to_dict(self.quantization_config)   # fails now if it cannot travel
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ConfigError(f"quantization must be one of {sorted(QUANTIZATIONS)}, not {self.quantization!r}")
         if self.mode is not None and self.mode not in COMPILE_MODES:
             raise ConfigError(f"mode must be one of {COMPILE_MODES} or None, not {self.mode!r}")
 
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        if self.quantization_config is not None and not isinstance(self.quantization_config, dict):
+            data["quantization_config"] = import_quietly("torchao.core.config").config_to_dict(
+                self.quantization_config)   # torchao's JSON form: a checkpoint never pickles it
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def describe(self) -> str:
+        """The fields that differ from TorchAOBackend()'s config, as name=value."""
+        default = TorchAOBackendConfig(quantization=DEFAULT_QUANTIZATION).to_dict()
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items() if default.get(k) != v)
+
     def torchao_config(self):
         torchao = require("torchao", "torchao", "TorchAOBackend")
-        if self.quantization_config is not None:
+        if isinstance(self.quantization_config, dict):
             return import_quietly("torchao.core.config").config_from_dict(self.quantization_config)
+        if self.quantization_config is not None:
+            return self.quantization_config
         if self.quantization in ("mxfp8dq", "nvfp4dq"):   # unverified: needs a GPU of compute capability 10.0
             from torchao.prototype.mx_formats import inference_workflow
 
@@ -109,6 +130,10 @@ class TorchAOBackendConfig(BackendConfig):
 
 class TorchAOBackend(Backend):
     config_class = TorchAOBackendConfig
+
+    @classmethod
+    def default_config(cls) -> TorchAOBackendConfig:
+        return TorchAOBackendConfig(quantization=DEFAULT_QUANTIZATION)   # AITune's TorchAOBackend()
     libraries = ("torchao",)
     is_jit = True
     # Quantized outputs sit near 1e-2 relative L2 error from float eager: a check tuned for compilers

@@ -19,29 +19,38 @@ from aitune_ray.checkpoint.writer import save_checkpoint
 __all__ = ["FORMAT_VERSION", "LocalTorchStorage", "load", "load_checkpoint", "save", "save_checkpoint"]
 
 
-def save(obj: Any, path: str | Path, storage: LocalTorchStorage | None = None, *,
+def save(module: Any, path: str | Path, storage: LocalTorchStorage | None = None, *,
          signing_key: bytes | str | None = None) -> Path:
-    """Write one .ait checkpoint holding every wrapped Module of obj. Atomic: a failure keeps an old file.
+    """Write one .ait checkpoint holding every wrapped Module of module (a Module, a model or a pipeline; AITune's
+    parameter names). Atomic: a failure keeps an old file.
     storage: a LocalTorchStorage whose base_folder path is taken relative to (default: path as given).
     With a signing_key (opt-in) the manifest is signed with HMAC-SHA256."""
     target = placed(path, storage)
     if storage is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
-    return save_checkpoint(obj, target, signing_key=signing_key)
+    return save_checkpoint(module, target, signing_key=signing_key)
 
 
-def load(obj: Any, path: str | Path, device_map: dict[str, Any] | None = None, *,
-         storage: LocalTorchStorage | None = None, backends: tuple = (),
-         providers: tuple = (), signing_key: bytes | str | None = None, allow_native_code: bool = False) -> Any:
-    """Restore the tuned modules of obj from a checkpoint, verifying every part's SHA-256. Returns obj.
+def load(module: Any, path: str | Path, storage: LocalTorchStorage | None = None,
+         device_map: dict[str, Any] | None = None, disable_external_logging: bool = True, *,
+         backends: tuple = (), providers: tuple = (), signing_key: bytes | str | None = None,
+         allow_native_code: bool = False) -> Any:
+    """Restore the tuned modules of module from a checkpoint, verifying every part's SHA-256. Returns module (or,
+    for a plain model saved whole, its wrapper). AITune's signature: (module, path, storage, device_map,
+    disable_external_logging); a dict as the third argument is taken as device_map.
 
     The checkpoint may name only known classes: the built-ins, those your code defined or imported, and the
     Backend / KernelProvider classes passed in backends / providers. It never imports what it names.
     With a signing_key, only a checkpoint signed with that key (save(..., signing_key=...)) loads. Artifacts
     whose loader may run code (AOTInductor packages, TensorRT plans, Torch-TensorRT programs, ONNX EPContext
     engines) and config fields that name a program, a library, a file or a folder load only from a checkpoint
-    signed with signing_key, or with allow_native_code=True (docs/security.md)."""
-    if isinstance(device_map, LocalTorchStorage):   # AITune's order: load(module, path, storage, device_map)
-        storage, device_map = device_map, None
-    return load_checkpoint(obj, placed(path, storage), device_map=device_map, allowed=(*backends, *providers),
-                           signing_key=signing_key, allow_native_code=allow_native_code)
+    signed with signing_key, or with allow_native_code=True (docs/security.md).
+    disable_external_logging: the libraries' own loggers print errors only while loading (as AITune)."""
+    from aitune_ray.api.tuning import _quiet_libraries
+
+    if isinstance(storage, dict) and device_map is None:   # load(module, path, device_map): the older order
+        storage, device_map = None, storage
+    with _quiet_libraries(disable_external_logging):
+        return load_checkpoint(module, placed(path, storage), device_map=device_map,
+                               allowed=(*backends, *providers), signing_key=signing_key,
+                               allow_native_code=allow_native_code)

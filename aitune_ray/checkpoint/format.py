@@ -75,6 +75,7 @@ class ModuleRecord:
     failure: str = ""
     gpu_kind: str = ""     # the GPU kind its decision is for ("" when the job named none)
     verdict: dict[str, Any] = dataclasses.field(default_factory=dict)   # the decision's Verdict.to_dict()
+    tuned: bool = False    # tuned, eager kept by the decision: loads TUNED (as AITune's eager baseline backend)
 
 
 @dataclasses.dataclass

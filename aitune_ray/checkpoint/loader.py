@@ -27,7 +27,7 @@ from aitune_ray.runtime import tempdirs
 from aitune_ray.runtime.device import resolve_device
 from aitune_ray.errors import (AITuneRayError, CheckpointError, CheckpointMismatchError, ConfigError, DeviceError,
                                UnknownClassError)
-from aitune_ray.api.module import Module, find_modules
+from aitune_ray.api.module import Module, find_modules, wrapper_of
 from aitune_ray.records.registry import untrusted
 from aitune_ray.model.wrapping import plain_module_at, put
 
@@ -64,12 +64,12 @@ def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[s
     from torch import nn
 
     by_path = {e["path"]: e for e in entries}
-    if "" in by_path and isinstance(obj, nn.Module) and not isinstance(obj, Module):
-        return Module(obj, by_path[""]["name"]), []
+    if "" in by_path and isinstance(obj, nn.Module) and not isinstance(obj, Module) and wrapper_of(obj) is None:
+        return Module(obj, by_path[""]["name"], patch_forward=False), []   # patched once loaded
     attach = []
     for path, entry in by_path.items():
         found = plain_module_at(obj, path, Module) if path else None
-        if found is not None:
+        if found is not None and wrapper_of(found[2]) is None:   # a wrapper's original object is found as it
             parent, attr, module = found
             try:   # the module put back where it stands: an attribute that cannot be set fails here, not later
                 put(parent, attr, module)
@@ -78,7 +78,7 @@ def wrap_plain_modules(obj: Any, entries: list[dict]) -> tuple[Any, list[tuple[s
                     f"the checkpoint's module {path!r} stands where it cannot be replaced ({type(parent).__name__}"
                     f".{attr}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}); wrap it in "
                     "aitune_ray.Module yourself and load into that") from None
-            attach.append((path, parent, attr, Module(module, entry["name"])))
+            attach.append((path, parent, attr, Module(module, entry["name"], patch_forward=False)))
     return obj, attach
 
 
@@ -244,9 +244,10 @@ def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Pat
                 continue
             where = entry["path"]
             try:
-                backend.restore(targets[where].module, entry["state"], artifacts[where], devices[where],
-                                workdir / str(index) / "restore")
-                backend.deploy()
+                with targets[where].unpatched():   # a restore that traces or compiles sees the module as it was
+                    backend.restore(targets[where].module, entry["state"], artifacts[where], devices[where],
+                                    workdir / str(index) / "restore")
+                    backend.deploy()
             except UnknownClassError as exc:
                 raise UnknownClassError(f"module {where!r}: {exc}") from None
             except Exception as exc:  # noqa: BLE001 - a backend's restore may raise anything
@@ -267,7 +268,12 @@ def _apply(entries, targets, devices, backends, tensors, artifacts, workdir: Pat
         raise
     for entry in entries:
         module = targets[entry["path"]]
-        module.use_backend(backends[entry["path"]])
+        if backends[entry["path"]] is None and entry.get("tuned") is True:
+            module.keep_eager()   # the decision kept eager: TUNED, as it was saved
+        else:
+            module.use_backend(backends[entry["path"]])
+        if module.module.__dict__.get("forward") is not module._proxy:   # noqa: SLF001 - wrapped by this load
+            module.patch_forward()
         module.checkpoint_signature = entry.get("signature") or {}  # kept for a later save without samples
 
 

@@ -46,7 +46,7 @@ def describe_module(path: str, module: Module) -> tuple[dict, dict[str, Path]]:
     signature = module.samples.signature() or dict(getattr(module, "checkpoint_signature", {}))
     entry: dict[str, Any] = {"path": path, "name": module.name, "device": tuned_device(module),
                              "signature": signature, "state": {}, "is_jit": None, "failure": module.failure or "",
-                             "gpu_kind": module.gpu_kind,
+                             "gpu_kind": module.gpu_kind, "tuned": module.state == ModuleState.TUNED,
                              "verdict": dict(getattr(module.report, "verdict", None) or {})}
     artifacts: dict[str, Path] = {}
     if module.state == ModuleState.TUNED and module.backend is not None:

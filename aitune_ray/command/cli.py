@@ -495,7 +495,7 @@ def _time_loaded(root, fresh, device, serving=None) -> dict:
             continue
         try:
             request = TimingRequest.paired("loaded", device, serving, rounds, strategy.measure_config)
-            timed, checked_in = time_deployed(loaded, loaded.module, original.samples.to(device), request, strategy)
+            timed, checked_in = time_deployed(loaded, loaded.eager_call, original.samples.to(device), request, strategy)
         except Exception as exc:  # the timing's own failure is reported; the checkpoint stays as it is
             results[original.name] = {"backend": loaded.backend.name, "verdict": "check failed",
                                       "reason": f"{type(exc).__name__}: {exc}"}

@@ -147,7 +147,8 @@ class Job:
         for index, spec in enumerate(self.backends):
             where = f"backends[{index}]"
             cls = backend_class(spec.type, f"{where}.type")
-            config = make_config(cls.config_class, spec.config, f"{where}.config")
+            config = (make_config(cls.config_class, spec.config, f"{where}.config") if spec.config
+                      else cls.default_config())   # no config: the backend's own default, as Backend() has
             try:
                 backends.append(cls(config))
             except (ConfigError, TypeError, ValueError) as exc:

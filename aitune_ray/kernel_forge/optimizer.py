@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from torch import nn
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Six hours, as AITune: generators may run long searches.
-DEFAULT_GENERATION_TIMEOUT = 6 * 3600.0
+#: Six hours, as AITune, or AITUNE_KERNEL_GENERATION_TIMEOUT (seconds) where it is set when this is imported, as
+#: AITune reads it: generators may run long searches.
+DEFAULT_GENERATION_TIMEOUT = float(os.environ.get("AITUNE_KERNEL_GENERATION_TIMEOUT", 6 * 3600.0))
 SUMMARY_LIMIT = 100
 
 
@@ -118,7 +120,7 @@ class KernelOptimizer:
                  kernel_generators: KernelGenerator | list[KernelGenerator] | None = None,
                  provider_min_time_share_percent: float = 0.0, generator_min_time_share_percent: float = 10.0,
                  generation_timeout: float = DEFAULT_GENERATION_TIMEOUT, *, tolerance: float | None = None,
-                 measure: MeasureConfig | None = None, final_rounds: int = CONFIRM_ROUNDS, warmup_iterations: int = 2,
+                 measure: MeasureConfig | None = None, final_rounds: int = CONFIRM_ROUNDS, warmup_iterations: int = 3,
                  kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler,
                  max_finalists: int = MAX_FINALISTS, runner: ForgeRunner | None = None,
                  kernel_utils: KernelUtils | None = None, rule: Rule | None = None):

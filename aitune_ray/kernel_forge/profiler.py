@@ -178,7 +178,7 @@ class ModuleFunctionKernelProfiler:
         return sorted(((name, fn) for fn, name in self._names.items()), key=lambda pair: pair[0])
 
     def profile(self, function: Callable, data: Sequence | None = None, *, module: nn.Module | None = None,
-                warmup_iterations: int = 2, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
+                warmup_iterations: int = 3, teardown_cupti: bool = True) -> tuple[pd.DataFrame, dict[str, FunctionData]]:
         """Run function over data (None: once with no arguments) under the profiler.
 
         teardown_cupti: detach CUPTI after a CUDA trace (see the module docstring; False in a Ray driver).

@@ -3,7 +3,9 @@
 An item is a tensor (one positional input), a tuple or list (positional inputs), a dict (keyword inputs),
 or a pair ``(args, kwargs)`` (a tuple or list, then a dict). Items are stacked along a new first
 dimension: tensors with torch.stack, numpy arrays likewise, strings into lists, numbers into a tensor,
-nested dicts key by key. A dataset shorter than a batch is cycled to fill one batch. Items whose inputs
+nested dicts key by key. As AITune's collator (and transformers' default one), a dict's ``label`` or
+``label_ids`` is passed as ``labels`` and keys whose value is None are left out. A dataset shorter than a
+batch is cycled to fill one batch. Items whose inputs
 cannot be stacked (different shapes, unknown types) fail at once with an error that names the item and
 says what to write instead.
 """
@@ -47,6 +49,28 @@ def _stack(values: list, where: str) -> Any:
     raise DatasetError(f"{where}: a {type(first).__name__} cannot be batched; {AS_GIVEN_HINT}")
 
 
+def _keywords(items: list, where: str) -> dict:
+    """Dict items (keyword inputs) batched as AITune's and transformers' default collators do: "label" (numbers)
+    or "label_ids" become "labels"; keys whose first value is None are left out."""
+    first = items[0]
+    batch: dict = {}
+    if first.get("label") is not None:
+        label = first["label"].item() if isinstance(first["label"], torch.Tensor) else first["label"]
+        dtype = torch.long if isinstance(label, int) else torch.float
+        batch["labels"] = torch.tensor([i["label"] for i in items], dtype=dtype)
+    elif first.get("label_ids") is not None:
+        ids = first["label_ids"]
+        if isinstance(ids, torch.Tensor):
+            batch["labels"] = torch.stack([i["label_ids"] for i in items])
+        else:
+            dtype = torch.long if isinstance(ids[0], int) else torch.float
+            batch["labels"] = torch.tensor([i["label_ids"] for i in items], dtype=dtype)
+    for key, value in first.items():
+        if key not in ("label", "label_ids") and value is not None:
+            batch[key] = _stack([i[key] for i in items], f"{where}[{key!r}]")
+    return batch
+
+
 def _positional(items: list, where: str) -> list:
     lengths = {len(i) for i in items}
     if len(lengths) > 1:
@@ -68,9 +92,9 @@ def collate(items: list) -> tuple[list, dict]:
         raise DatasetError(f"dataset mixes dicts and other items ({sorted(k.__name__ for k in kinds)}): "
                            "every item must have the same form")
     if _is_pair(first):
-        return _positional([i[0] for i in items], where), _stack([i[1] for i in items], where)
+        return _positional([i[0] for i in items], where), _keywords([i[1] for i in items], where)
     if isinstance(first, Mapping):
-        return [], _stack(items, where)
+        return [], _keywords(items, where)
     if isinstance(first, tuple | list):
         return _positional(items, where), {}
     return [_stack(items, where)], {}
@@ -80,14 +104,15 @@ class DataLoaderFactory:
     """AITune's DataLoaderFactory: makes a torch DataLoader of the dataset at a given batch size.
 
     dataset: a sequence or torch Dataset of samples. collate_fn: turns a list of samples into one batch
-    (default: collate, which returns (args, kwargs)); a custom one returns a tensor, a tuple/list of
-    positional inputs, a dict of keyword inputs or an (args, kwargs) pair, as AITune reads it.
+    (default: default_data_collator, whose batches are AITune's: a list of positional inputs, a dict of keyword
+    inputs, or an (args list, kwargs dict) tuple); a custom one returns a tensor, a tuple/list of positional
+    inputs, a dict of keyword inputs or an (args, kwargs) pair, as AITune reads it.
     num_workers: the DataLoader's worker processes.
     """
 
     def __init__(self, dataset: Any, collate_fn: Callable | None = None, num_workers: int = 0):
         self.dataset = dataset
-        self.collate_fn = collate_fn
+        self.collate_fn = collate_fn or default_data_collator
         self.num_workers = num_workers
 
     def create_dataloader(self, batch_size: int) -> torch.utils.data.DataLoader:
@@ -96,25 +121,40 @@ class DataLoaderFactory:
             dataset = repeated(dataset, batch_size)
         elif len(dataset) < batch_size:   # too few samples for one batch: cycle them to fill it
             dataset = [dataset[i % len(dataset)] for i in range(batch_size)]
-        collate_fn = self.collate_fn or _default_collate
-        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn,
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=self.collate_fn,
                                            drop_last=True, num_workers=self.num_workers)
 
 
-class _Batch(tuple):
-    """What the default collate_fn returns: (args, kwargs), told apart from a user's own pair."""
+class _Args(list):
+    """The default collator's positional inputs: a list, as AITune's, told apart from a list whose second
+    input happens to be a dict."""
+
+
+class _Pair(tuple):
+    """The default collator's batch of (args, kwargs) items: (args list, kwargs dict), as AITune's."""
 
     def __new__(cls, args: list, kwargs: dict):
         return super().__new__(cls, (args, kwargs))
 
 
-def _default_collate(items: list) -> _Batch:
-    return _Batch(*collate(items))
+def default_data_collator(items: list) -> list | dict | tuple:
+    """AITune's default collate_fn: a batch of items as AITune's collator returns it, a list of positional
+    inputs (a tensor item is one input), a dict of keyword inputs, or (args, kwargs) for (args, kwargs) items.
+    Unlike AITune 0.6.0's, (args, kwargs) items are batched item by item (AITune's takes the first item alone
+    and stacks its positional inputs into one tensor: docs/aitune.md)."""
+    args, kwargs = collate(items)
+    if _is_pair(items[0]):
+        return _Pair(_Args(args), kwargs)
+    if isinstance(items[0], Mapping):
+        return kwargs
+    return _Args(args)
 
 
 def _split(batch: Any) -> tuple[list, dict]:
-    if isinstance(batch, _Batch):
-        return batch[0], batch[1]
+    if isinstance(batch, _Pair):
+        return list(batch[0]), batch[1]
+    if isinstance(batch, _Args):
+        return list(batch), {}
     if isinstance(batch, Mapping):
         return [], dict(batch)
     if isinstance(batch, torch.Tensor):

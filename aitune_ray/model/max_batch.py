@@ -77,6 +77,11 @@ def tiled(sample: Sample, size: int) -> tuple[tuple, dict]:
 def find_max_batch_size(module, device: torch.device, limit: int | None = None) -> int:
     """The largest batch the wrapped module's inner module runs on device (see the module docstring);
     the found size is added to its samples when it was not recorded."""
+    with module.unpatched():   # the inner module's own forward, not the wrapper's proxy (which would record)
+        return _find_max_batch_size(module, device, limit)
+
+
+def _find_max_batch_size(module, device: torch.device, limit: int | None) -> int:
     inner = module.module.to(device)
     largest = max(module.samples.samples, key=lambda s: s.batch_size).to(device)
     limit = limit or (CPU_LIMIT if device.type == "cpu" else DEVICE_LIMIT)

@@ -81,10 +81,14 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
     """Deploy report.chosen into module (eager when None), then time it as deployed for the report."""
     result = report.chosen_result()
     if result is None:
-        module.use_backend(None)
+        if any(r.ok for r in report.results):
+            module.keep_eager()   # TUNED, eager as the backend (AITune returns its eager baseline); report says why
+        else:
+            module.stay_eager(report.decision or "no candidate built and passed")   # AITune raises here
         return
-    backend = deploy(executor, context, report, result)
-    module.use_backend(backend)
+    with module.unpatched():   # a restore that traces or compiles sees the module as it was
+        backend = deploy(executor, context, report, result)
+        module.use_backend(backend)
     rounds = getattr(strategy, "deploy_check_rounds", 0)
     why = ("skipped: deploy_check_rounds is 0" if rounds <= 0 else
            "skipped: performance validation off" if not strategy.performance_validation else
@@ -95,7 +99,7 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         return
     try:
         with DRIVER_TIMING:
-            timed, checked_in = time_deployed(module, context.module, context.samples,
+            timed, checked_in = time_deployed(module, module.eager_call, context.samples,
                                               context.timing("deploy", rounds), strategy)
     except Exception as exc:  # information only: the deployment stands
         logger.warning("[%s] the post-deploy timing failed: %s: %s", context.name, type(exc).__name__, exc)

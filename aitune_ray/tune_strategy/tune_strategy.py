@@ -4,9 +4,10 @@ confirms, in what order, and when it stops. It never decides itself."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from abc import ABC, abstractmethod
-from typing import Iterable
+from typing import Any, Iterable
 
 from aitune_ray.backend.backend import Backend
 from aitune_ray.decision import Objective, Rule, Session, Verdict, choose
@@ -50,7 +51,15 @@ class TuneStrategy(ABC):
                  min_speedup_ratio: float | None = None, noise_tolerance: float = 0.03,
                  measure_config: MeasureConfig | None = None, deploy_check_rounds: int = 20,
                  max_finalists: int = MAX_FINALISTS, alpha: float = 0.05,
-                 min_speedup_threshold_percent: float | None = None, workflow: str = "aot"):
+                 min_speedup_threshold_percent: float | None = None, workflow: str = "aot",
+                 sink=None, profiling_config=None):
+        if sink is not None and not callable(sink):
+            raise ConfigError(f"sink must be a function that takes one line of text, got {type(sink).__name__}")
+        if profiling_config is not None:
+            raise ConfigError("profiling_config (AITune's ProfilingConfig) is not used here: every timing is a "
+                              "serving loop of paired rounds beside eager; pass measure_config=aitune_ray.measure."
+                              "timing.MeasureConfig(warmup_runs=..., min_runs=..., max_runs=..., max_seconds=...)")
+        self.sink = sink   # AITune's: a function that gets the strategy's status lines (besides the log)
         if backends is None:   # AITune's defaults for this strategy and workflow (tune_strategy.defaults)
             backends = default_backends(type(self).__name__, workflow)
         self.workflow = workflow
@@ -89,6 +98,33 @@ class TuneStrategy(ABC):
     def for_jit(cls, **kwargs) -> "TuneStrategy":
         """AITune's JIT workflow: its default JIT candidates unless backends= is given."""
         return cls(workflow="jit", **kwargs)
+
+    def clone(self) -> "TuneStrategy":
+        """A deep copy, as AITune's (a strategy is not shared between modules)."""
+        return copy.deepcopy(self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The strategy's configuration as JSON data, as AITune's: its name, its backends and options."""
+        return {"strategy": type(self).__name__, "workflow": self.workflow,
+                "backends": [b.spec() for b in self.backends],
+                "min_speedup_ratio": self.min_speedup_ratio, "noise_tolerance": self.noise_tolerance,
+                "performance_validation": self.performance_validation_mode.value,
+                "find_max_batch_size": self.find_max_batch_size_enabled,
+                "tolerance": self.tolerance, "measure_config": self.measure_config.to_dict(),
+                "deploy_check_rounds": self.deploy_check_rounds, "max_finalists": self.max_finalists,
+                "alpha": self.alpha}
+
+    def describe(self) -> str:
+        """What the strategy does, in lines of text, as AITune's describe()."""
+        lines = [f"{type(self).__name__} over {len(self.backends)} candidate(s):"]
+        lines += [f"  - {b.describe()}" for b in self.backends]
+        lines.append(f"performance validation {self.performance_validation_mode.value}: a candidate must beat eager "
+                     f"by {self.min_speedup_threshold_percent:g}% (paired rounds, {1 - self.alpha:.0%} confidence)")
+        return "\n".join(lines)
+
+    def _say(self, line: str) -> None:
+        if self.sink is not None:
+            self.sink(line)
 
     @property
     def min_speedup_threshold_percent(self) -> float:
@@ -168,6 +204,7 @@ class TuneStrategy(ABC):
             if handle is not None:
                 handle.cancel()
         logger.info("[%s] %s", context.name, report.decision)
+        self._say(f"[{context.name}] {report.decision}")
         return report
 
     def _verdict(self, context: TuneContext, executor: Executor, report: ModuleReport, results: list[BuildResult],

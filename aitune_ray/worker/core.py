@@ -332,7 +332,7 @@ def as_user_calls(module: torch.nn.Module, backend: Backend) -> torch.nn.Module:
     """backend behind the wrapper a user calls (aitune_ray.Module), on module."""
     from aitune_ray.records.registry import user_wrapper
 
-    wrapper = user_wrapper()(module, name="confirm")
+    wrapper = user_wrapper()(module, name="confirm", patch_forward=False)   # several on one module
     wrapper.use_backend(backend)
     return wrapper
 

@@ -8,7 +8,6 @@ import torch
 from aitune_ray.dataloader import (DataLoaderFactory, DatasetLike, InputConfig, MinMaxRandomDataset,
                                    ensure_enough_samples, samples_generator)
 
-NEEDS_LABELS = pytest.mark.xfail(reason="needs label/label_ids passed as labels", strict=False)
 
 
 def tuning_loop(dataset: DatasetLike, batch_sizes: list[int]) -> list:
@@ -139,7 +138,6 @@ def test_torch_stack_dataset():
         assert args[0].shape == (size, 3, 4, 4)
 
 
-@NEEDS_LABELS
 def test_dataset_label_tensor():
     bs, args, kwargs = first(tuning_loop([{"label": i} for i in range(10)], [4]))
     assert (bs, len(args), len(kwargs)) == (4, 0, 1)
@@ -148,14 +146,12 @@ def test_dataset_label_tensor():
     assert kwargs["labels"].tolist() == [0, 1, 2, 3]
 
 
-@NEEDS_LABELS
 def test_dataset_label_tensor_with_label_ids_tensor():
     bs, args, kwargs = first(tuning_loop([{"label_ids": torch.randint(0, 10, (1,))} for _ in range(10)], [4]))
     assert (bs, len(args), len(kwargs)) == (4, 0, 1)
     assert "labels" in kwargs and "label_ids" not in kwargs
 
 
-@NEEDS_LABELS
 def test_dataset_label_tensor_with_label_ids_ints():
     bs, args, kwargs = first(tuning_loop([{"label_ids": [i, i, i]} for i in range(10)], [4]))
     assert (bs, len(args), len(kwargs)) == (4, 0, 1)

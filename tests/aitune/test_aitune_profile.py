@@ -89,8 +89,6 @@ def test_markdown_includes_residual_for_run_without_regions():
     assert "| 0 | _(residual)_ | — | 0.080 ms | 100.0% | - | - |" in markdown
 
 
-@pytest.mark.xfail(reason="needs state TUNED when the eager baseline is kept (AITune returns it as the backend)",
-                   strict=False)
 def test_profile_records_tuned_aot_module_regions(tmp_path):
     class TinyAotModel(torch.nn.Module):
         def __init__(self):
