@@ -177,17 +177,18 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     held: list = []   # the locks of the outputs and run folders, released when the command ends
+    folders: list = []
     try:
+        preflight(jobs, args)
         for job in jobs:
-            check_writable(job)
             held.append(lock_output(job))
-        folders = []
         for job in jobs:
             folders.append(open_run_folder(job, args, several=len(jobs) > 1))
             held.append(folders[-1])
         return run_jobs(jobs, Path(args.job), progress_view(args), folders)
     except KeyboardInterrupt:
-        say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
+        keep = f"; {resume_hint(args)}" if folders else ""
+        say(f"error: interrupted; outstanding work was cancelled and no checkpoint was written{keep}", error=True)
         return EXIT_INTERRUPTED
     except (ConfigError, DatasetError, DeviceError) as exc:   # the job's input: its file, model, data, device
         say(f"error: {args.job}: {exc}", error=True)
@@ -213,21 +214,34 @@ def lock_output(job):
     return Lock.beside(job.output, f"output {job.output}")
 
 
-def check_writable(job) -> None:
-    """Before any work: the checkpoint's and the report's folders exist (made here) and take a new file."""
-    import tempfile
+def preflight(jobs: list, args: argparse.Namespace) -> None:
+    """Every check that can be made before the work, in order (aitune_ray/command/checks.py): the paths, the GPU
+    kind, the extras. A mistake is a ConfigError or a DeviceError: one line, exit 2."""
+    from aitune_ray.command import checks
 
-    for key, path in (("output", job.output), ("report", job.report)):
-        if not path:
-            continue
-        folder = Path(path).resolve().parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=folder, prefix=".aitune-ray-check-"):
-                pass
-        except OSError as exc:
-            raise ConfigError(f"{key}: cannot write into {folder} ({exc.strerror or exc}); choose another "
-                              f"path with --{key}") from exc
+    several = len(jobs) > 1
+    for job in jobs:
+        checks.check_paths(job, args.run_dir, args.resume, several, Path(args.job).stem)
+    for kind in dict.fromkeys(job.executor.gpu_kind for job in jobs):
+        checks.check_gpu_kind(next(job for job in jobs if job.executor.gpu_kind == kind))
+    for job in jobs:
+        checks.check_extras(job)
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """The command that continues an interrupted run where it stopped."""
+    words = ["aitune-ray", "tune", args.job]
+    for option in ("output", "report", "run_dir", "executor", "address", "device"):
+        value = getattr(args, option, None)
+        if value:
+            words += [f"--{option.replace('_', '-')}", value]
+    return "run " + " ".join(_quoted(w) for w in words + ["--resume"]) + " to continue where it stopped"
+
+
+def _quoted(word: str) -> str:
+    import shlex
+
+    return shlex.quote(str(word))
 
 
 def apply_overrides(job, args: argparse.Namespace, several: bool = False) -> None:
@@ -261,13 +275,9 @@ def open_run_folder(job, args: argparse.Namespace, several: bool = False):
 
     what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-    from aitune_ray.records.artifacts import plain_part
+    from aitune_ray.command.checks import run_folder_path
 
-    if args.run_dir:
-        run_dir = Path(os.path.expanduser(args.run_dir))
-        path = run_dir / plain_part(job.name) if several else run_dir
-    else:
-        path = Path(f"{job.output}.run")
+    path = run_folder_path(job, args.run_dir, several)
     folder = RunFolder.open(path, {"job": digest}, mode="resume" if args.resume else "fresh" if args.fresh else "new")
     done = folder.results_count()
     say(f"run folder: {path}" + (f" ({done} candidate result(s) from the earlier run)" if done else ""))

@@ -476,8 +476,14 @@ def import_object(value: str, key: str) -> Any:
     try:
         obj = imports.import_object(value, key)
     except ConfigError as exc:
-        if isinstance(exc.__cause__, ImportError):
-            raise ConfigError(f"{exc}; paths are relative to the current directory") from exc.__cause__
+        cause = exc.__cause__
+        if isinstance(cause, ImportError):
+            from aitune_ray.command.checks import missing_library_text
+
+            missing = missing_library_text(cause.name) if isinstance(cause, ModuleNotFoundError) else None
+            if missing:   # a library that the job's module imports, which an extra of this project brings
+                raise ConfigError(f"{key}: {value.partition(':')[0]} imports {missing}") from cause
+            raise ConfigError(f"{exc}; paths are relative to the current directory") from cause
         raise
     if not callable(obj):
         raise ConfigError(f"{key}: {value!r} is not callable")
