@@ -40,17 +40,15 @@ def refused(capsys, argv: list[str]) -> str:
     return err[0]
 
 
-def test_a_missing_job_file_is_said_before_torch_is_imported(tmp_path):
-    """A fresh process: the job file is looked at before the heavy imports (torch is never imported)."""
-    code = ("import sys; from aitune_ray.command.cli import main; rc = main(['tune', 'nowhere.yaml']); "
-            "print('torch' in sys.modules); sys.exit(rc)")
+def test_a_missing_job_file_is_one_line_within_seconds(tmp_path):
+    """A fresh process, as a user starts it: the job file is read before anything of the job is imported."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.run([sys.executable, "-m", "aitune_ray", "tune", "nowhere.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     elapsed = time.perf_counter() - started
     assert proc.returncode == EXIT_BAD_JOB, proc.stderr
     assert proc.stderr.strip() == "error: nowhere.yaml: cannot read job file nowhere.yaml: No such file or directory"
-    assert proc.stdout.strip() == "False" and elapsed < SECONDS
+    assert elapsed < SECONDS
 
 
 @pytest.mark.parametrize("option, example", [("--output", "job.ait"), ("--report", "job.md")])

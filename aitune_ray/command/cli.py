@@ -14,7 +14,9 @@ summary table, writes the checkpoint and the report, then loads the checkpoint i
 compares its outputs with the tuned model's. Exit status: 0 when at least one module was tuned (keeping
 eager is a decision too), 1 when every module failed to tune, the checkpoint does not load back or anything
 else failed, 2 for a bad job (its file, a factory that raises, an empty or rejected dataset, a device this
-machine lacks, an output folder it cannot write), 130 when interrupted; every error is one line on stderr.
+machine lacks, an output path that is a folder or cannot be written, a GPU kind no node has, a backend whose
+library is missing: aitune_ray/command/checks.py, all before any work), 130 when interrupted (the line says
+how to resume); every error is one line on stderr.
 A job file of several models runs them as one schedule, with a checkpoint and a report per model (exit 0 when
 every model's checkpoint was written and loads back).
 Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
