@@ -128,11 +128,10 @@ def check_extras(job) -> None:
         return
     import importlib.util
 
-    from aitune_ray.command.job import backend_class
     from aitune_ray.executors.doctor import LIBRARIES, backend_libraries
 
-    for index, spec in enumerate(job.backends):
-        cls = backend_class(spec.type, f"backends[{index}].type")
+    for index, backend in enumerate(job.make_backends()):
+        cls = type(backend)
         for library in backend_libraries(cls):
             try:
                 found = importlib.util.find_spec(library.partition(".")[0]) is not None
