@@ -3,7 +3,10 @@
 Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
-from aitune_ray import backend, tune_strategy
+from aitune_ray.command.early import check_job_file as _check_job_file
+
+_check_job_file()   # the aitune-ray command: a job file that is not there is said before the imports below
+from aitune_ray import backend, tune_strategy  # noqa: E402
 from aitune_ray.api.absent import (PatchedModule, aitune_cache_dir, config, jit_config, patch_for_jit_tuning,
                                    snapshot_tuning_data)
 from aitune_ray.checkpoint.storage import LocalTorchStorage

@@ -3,6 +3,8 @@ within seconds, and nothing recorded or built (the run itself is replaced by a s
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 
@@ -41,6 +43,23 @@ def test_a_missing_job_file_is_one_line_within_seconds(tmp_path, capsys, monkeyp
     monkeypatch.chdir(tmp_path)
     line = refused(capsys, ["tune", "nowhere.yaml"])
     assert line == "error: nowhere.yaml: cannot read job file nowhere.yaml: No such file or directory"
+
+
+@pytest.mark.parametrize("how", ["module", "console script"])
+def test_the_command_says_a_missing_job_file_before_torch_is_imported(tmp_path, how):
+    """As a user starts it (python -m aitune_ray, or the aitune-ray script): the package checks the job file
+    as it is imported, before torch loads (-X importtime lists every import the process made)."""
+    script = tmp_path / "aitune-ray"   # the console script's body, under the script's name
+    script.write_text("import sys\nfrom aitune_ray.command.cli import main\nsys.exit(main())\n")
+    start = ["-m", "aitune_ray"] if how == "module" else [str(script)]
+    proc = subprocess.run([sys.executable, "-X", "importtime", *start, "tune", "nowhere.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == EXIT_BAD_JOB, proc.stderr[-2000:]
+    said = [line for line in lines if not line.startswith("import time:")]
+    assert said == ["error: nowhere.yaml: cannot read job file nowhere.yaml: No such file or directory"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
+    assert "aitune_ray.command.early" in imported and "torch" not in imported
 
 
 @pytest.mark.parametrize("option, example", [("--output", "job.ait"), ("--report", "job.md")])

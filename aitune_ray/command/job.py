@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from aitune_ray.records import imports
 from aitune_ray.records.artifacts import plain_part
+from aitune_ray.command.job_text import MAX_JOB_BYTES, read_job_text  # noqa: F401 - MAX_JOB_BYTES: named here too
 from aitune_ray.errors import ConfigError
 from aitune_ray.records.validate import bounded, from_data, kind_of
 from aitune_ray.model import wrapping
@@ -227,25 +228,6 @@ def for_kind(job: Job, kind: str) -> Job:
             path = Path(value)
             setattr(out, key, str(path.with_name(f"{path.stem}.{plain}{path.suffix}")))
     return out
-
-
-#: A job file is a page of settings: a larger one is refused before it is parsed.
-MAX_JOB_BYTES = 1 << 20
-
-
-def read_job_text(path: Path) -> str:
-    """The text of a job file of at most MAX_JOB_BYTES (more is never read); ConfigError otherwise."""
-    try:
-        with open(path, "rb") as src:
-            data = src.read(MAX_JOB_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_JOB_BYTES:
-        raise ConfigError(f"job file {path} is larger than {MAX_JOB_BYTES >> 20} MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"job file {path} is not UTF-8 text (byte {exc.start})") from None
 
 
 #: How many nodes a job file may hold with its aliases expanded (a real job has a few hundred).
