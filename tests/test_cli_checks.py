@@ -15,7 +15,7 @@ from aitune_ray.command.cli import EXIT_BAD_JOB, EXIT_INTERRUPTED, main
 from tests.test_cli import REPO, eager_job, write_job
 
 #: Generous for 2 busy cores: each check takes well under a second beyond the job file's own imports.
-SECONDS = 30
+SECONDS = 60
 
 
 @pytest.fixture(autouse=True)
