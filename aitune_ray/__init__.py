@@ -3,11 +3,14 @@
 Change ``import aitune.torch as ait`` to ``import aitune_ray as ait``.
 """
 
-from aitune_ray import backend, tune_strategy
-from aitune_ray.api.absent import aitune_cache_dir, config, snapshot_tuning_data
-from aitune_ray.jit.config import jit_config
-from aitune_ray.jit.patched import PatchedModule
-from aitune_ray.jit.patcher import patch_for_jit_tuning
+from aitune_ray.command.early import check_job_file as _check_job_file
+
+_check_job_file()   # the aitune-ray command: a job file that is not there is said before the imports below
+from aitune_ray import backend, tune_strategy  # noqa: E402
+from aitune_ray.api.absent import aitune_cache_dir, config, snapshot_tuning_data  # noqa: E402
+from aitune_ray.jit.config import jit_config  # noqa: E402
+from aitune_ray.jit.patched import PatchedModule  # noqa: E402
+from aitune_ray.jit.patcher import patch_for_jit_tuning  # noqa: E402
 from aitune_ray.checkpoint.storage import LocalTorchStorage
 from aitune_ray.model.dataloader import DataLoaderFactory
 from aitune_ray.model.dynamic_shapes import BatchDim, DynamicDim

@@ -105,6 +105,10 @@ class ClusterError(AITuneRayError):
     """The Ray cluster cannot be reached or used."""
 
 
+class GPUKindError(ClusterError, DeviceError):
+    """No live node has GPUs of the kind the job targets (a job's mistake: the command exits 2)."""
+
+
 class LatencyBudgetError(AITuneRayError, RuntimeError):
     """No candidate meets a LatencyBudgetStrategy's latency budget (a RuntimeError, as in AITune)."""
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import KernelSelectorBackend  # noqa: E402
+from aitune_ray.report import summary  # noqa: E402
 from examples.attention.model import Attention  # noqa: E402  (also the module of examples/attention/job.yaml)
 
 logging.basicConfig(level=logging.WARNING)
@@ -36,7 +37,7 @@ model = ait.Module(Attention().eval(), "attention", strategy=ait.OneBackendStrat
 # 2. Tune on real inputs: the calls are recorded, profiled, every provider is checked and timed on them.
 q, k, v = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
 report = ait.tune(model, [(q, k, v)], device=device, call_as_given=True)
-print(report.markdown())
+print(summary(report))   # the answer first; report.markdown() gives every figure
 if model.backend is not None:
     print("kernel plan:", model.backend.plan.describe())
 

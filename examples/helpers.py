@@ -6,6 +6,7 @@ import argparse
 import torch
 
 import aitune_ray as ait
+from aitune_ray.report import summary
 
 
 def device_and_dtype(args: argparse.Namespace, gpu_dtype: str) -> tuple[bool, str, str]:
@@ -24,11 +25,12 @@ def measure(args: argparse.Namespace):
 
 
 def tune_save_and_compare(model, data: list, device: str, args: argparse.Namespace, fresh) -> float:
-    """ait.tune on args.executor (Ray or inline), print the report, then save_and_compare into fresh."""
+    """ait.tune on args.executor (Ray or inline), print the answer and a summary, then save_and_compare into
+    fresh."""
     rounds = 5 if getattr(args, "size", "base") == "tiny" else 30      # side-by-side re-measure rounds
     executor = ait.InlineExecutor(rounds) if args.executor == "inline" else ait.RayExecutor(remeasure_rounds=rounds)
     report = ait.tune(model, data, device=device, executor=executor, call_as_given=True)
-    print(report.markdown())
+    print(summary(report))   # the answer first; report.markdown() gives every figure
     return save_and_compare(model, fresh, args.out, data[0])
 
 

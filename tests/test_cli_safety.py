@@ -87,8 +87,8 @@ def test_a_run_folder_that_cannot_be_written_is_one_line(factories, capsys):
     (factories / "a-file").write_text("")
     path = write_job(factories / "job.yaml", quick_job(factories))
     capsys.readouterr()
-    assert main(["tune", "-q", str(path), "--run-dir", str(factories / "a-file" / "run")]) == EXIT_FAILED
-    assert "cannot be written" in one_error_line(capsys.readouterr().err)
+    assert main(["tune", "-q", str(path), "--run-dir", str(factories / "a-file" / "run")]) == EXIT_BAD_JOB
+    assert "run-dir: cannot write into" in one_error_line(capsys.readouterr().err)   # before any work
 
 
 def test_an_aot_winner_is_checked_from_the_runs_own_checkpoint(factories, capsys):

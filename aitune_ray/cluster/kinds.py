@@ -9,7 +9,7 @@ compared with, another kind.
 
 from __future__ import annotations
 
-from aitune_ray.errors import ClusterError
+from aitune_ray.errors import GPUKindError
 
 ACCELERATOR = "accelerator_type:"
 SLIVER = 0.001   # what each actor asks of the kind's resource (a node has 1 of it)
@@ -40,6 +40,42 @@ def capacity(kind: str | None, nodes: list[dict]) -> tuple[str | None, float, fl
     gpus = sum(n["Resources"].get("GPU", 0.0) for n in mine)
     if gpus <= 0:
         there = ", ".join(kinds_present(alive)) or "none"
-        raise ClusterError(f"gpu_kind {kind!r}: no live node of the Ray cluster has GPUs of that kind (no node "
+        raise GPUKindError(f"gpu_kind {kind!r}: no live node of the Ray cluster has GPUs of that kind (no node "
                            f"with the resource {resource!r}); GPU kinds there: {there}")
     return resource, gpus, sum(n["Resources"].get("CPU", 0.0) for n in mine)
+
+
+def local_kinds() -> list[str] | None:
+    """The GPU kind a Ray started on this machine would give its node (Ray's accelerator type of this
+    machine's GPUs): [] without a CUDA GPU, None where Ray cannot tell."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return []
+    try:
+        from ray._private import accelerators
+
+        kind = accelerators.get_accelerator_manager_for_resource("GPU").get_current_node_accelerator_type()
+    except Exception:  # noqa: BLE001 - Ray's own lookup; where it fails, Ray says so when it starts
+        return None
+    return [kind] if kind else None
+
+
+def check_before_start(kind: str, address: str | None) -> None:
+    """Before a job records anything: a Ray this process has joined has a live node of kind; a Ray to be
+    started here (no address) is this machine, so its GPUs must be of that kind. A cluster at an address is
+    checked as the executor connects (capacity). GPUKindError otherwise."""
+    import sys
+
+    ray = sys.modules.get("ray")   # a Ray this process has joined is imported already; else Ray is not needed
+    if ray is not None and ray.is_initialized():
+        capacity(kind, ray.nodes())
+        return
+    if address:
+        return
+    here = local_kinds()
+    if here is None or kind in here or kind.startswith(ACCELERATOR) and kind[len(ACCELERATOR):] in here:
+        return
+    raise GPUKindError(f"gpu_kind {kind!r}: no Ray cluster address is given, and the Ray started on this machine "
+                       f"would have no GPU of that kind (GPU kinds here: {', '.join(here) or 'none'}); give "
+                       "--address of a cluster with such nodes, or leave gpu_kind out")

@@ -14,7 +14,9 @@ summary table, writes the checkpoint and the report, then loads the checkpoint i
 compares its outputs with the tuned model's. Exit status: 0 when at least one module was tuned (keeping
 eager is a decision too), 1 when every module failed to tune, the checkpoint does not load back or anything
 else failed, 2 for a bad job (its file, a factory that raises, an empty or rejected dataset, a device this
-machine lacks, an output folder it cannot write), 130 when interrupted; every error is one line on stderr.
+machine lacks, an output path that is a folder or cannot be written, a GPU kind no node has, a backend whose
+library is missing: aitune_ray/command/checks.py, all before any work), 130 when interrupted (the line says
+how to resume); every error is one line on stderr.
 A job file of several models runs them as one schedule, with a checkpoint and a report per model (exit 0 when
 every model's checkpoint was written and loads back).
 Each candidate's result is written to the job's run folder as it finishes; --resume continues a killed run
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aitune_ray.command.arguments import build_parser
 from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, DeviceError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_JOB, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -55,59 +58,7 @@ def say(text: str = "", error: bool = False) -> None:
         print(printable(text, lines=not error), file=sys.stderr if error else sys.stdout, flush=True)
 
 
-# ----- arguments -------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    from aitune_ray import __version__
-
-    parser = argparse.ArgumentParser(prog="aitune-ray", description="Tune PyTorch modules for inference, "
-                                     "building and profiling candidate backends in parallel on Ray.")
-    parser.add_argument("--version", action="version", version=f"aitune-ray {__version__}")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", help="print errors only")
-    common.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v: info, -vv: debug)")
-    common.add_argument("--log-json", action="store_true", help="logs (stderr) and progress (stdout) as JSON lines")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    tune = commands.add_parser("tune", parents=[common], help="run a tuning job file", description="Run a tuning job: record "
-                               "the data, tune the modules, write the checkpoint and the report, check the "
-                               "checkpoint loads. Paths in the job file are relative to the current directory.")
-    tune.add_argument("job", help="job file (YAML)")
-    tune.add_argument("--executor", choices=["auto", "ray", "inline"], help="where builds run (overrides "
-                      "executor.type; auto: Ray with GPUs here or a cluster address, else inline)")
-    tune.add_argument("--address", help="Ray cluster address (overrides executor.address; default: RAY_ADDRESS, "
-                      "else a local Ray on this machine)")
-    tune.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides device)")
-    tune.add_argument("--output", help="checkpoint path (overrides output)")
-    tune.add_argument("--report", help="markdown report path, with a .json next to it (overrides report)")
-    again = tune.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true", help="continue the job's unfinished run folder: run only "
-                       "the candidates it has no result for")
-    again.add_argument("--fresh", action="store_true", help="remove the job's run folder and start over")
-    tune.add_argument("--run-dir", help="the run folder, where each result is written as it finishes "
-                      "(default: the checkpoint path with .run appended)")
-    add_commands(commands, common)
-    return parser
-
-
-def add_commands(commands, common) -> None:
-    """The commands besides tune: report, inspect, doctor."""
-    report = commands.add_parser("report", parents=[common], help="render a job's report again from its JSON",
-                                 description="Write the Markdown, HTML and PNG report of a job again from its "
-                                 "JSON report (RUN.json, written next to the Markdown report).")
-    report.add_argument("run", help="a job's JSON report")
-    report.add_argument("--out", help="a .md path or a folder (default: next to RUN.json)")
-    inspect = commands.add_parser("inspect", parents=[common], help="show what a checkpoint holds",
-                                  description="Print a checkpoint's modules, backends and configs, kernel plans, "
-                                  "signatures and versions, verifying every part's SHA-256. Loads no model and "
-                                  "imports nothing the checkpoint names.")
-    inspect.add_argument("checkpoint", help="a .ait file")
-    inspect.add_argument("--json", action="store_true", help="print the summary as JSON")
-    doctor = commands.add_parser("doctor", parents=[common], help="check what this machine or cluster can run",
-                                 description="One row per node: Python, torch, CUDA, GPUs, library versions, and "
-                                 "which backends and kernel providers can run there. Exit 0 when something can.")
-    doctor.add_argument("--address", help="a Ray cluster to check every node of (default: this machine only)")
-    doctor.add_argument("--json", action="store_true", help="print the rows as JSON")
-
-
+# ----- arguments: aitune_ray/command/arguments.py ---------------------------------------------------
 def run_command(args: argparse.Namespace) -> int:
     if args.command == "report":
         from aitune_ray.report import render_run_file
@@ -177,17 +128,18 @@ def tune_command(args: argparse.Namespace) -> int:
         say(f"error: {args.job}: {exc}", error=True)
         return EXIT_BAD_JOB
     held: list = []   # the locks of the outputs and run folders, released when the command ends
+    folders: list = []
     try:
+        preflight(jobs, args)
         for job in jobs:
-            check_writable(job)
             held.append(lock_output(job))
-        folders = []
         for job in jobs:
             folders.append(open_run_folder(job, args, several=len(jobs) > 1))
             held.append(folders[-1])
         return run_jobs(jobs, Path(args.job), progress_view(args), folders)
     except KeyboardInterrupt:
-        say("error: interrupted; outstanding work was cancelled and no checkpoint was written", error=True)
+        keep = f"; {resume_hint(args)}" if folders else ""
+        say(f"error: interrupted; outstanding work was cancelled and no checkpoint was written{keep}", error=True)
         return EXIT_INTERRUPTED
     except (ConfigError, DatasetError, DeviceError) as exc:   # the job's input: its file, model, data, device
         say(f"error: {args.job}: {exc}", error=True)
@@ -213,21 +165,34 @@ def lock_output(job):
     return Lock.beside(job.output, f"output {job.output}")
 
 
-def check_writable(job) -> None:
-    """Before any work: the checkpoint's and the report's folders exist (made here) and take a new file."""
-    import tempfile
+def preflight(jobs: list, args: argparse.Namespace) -> None:
+    """Every check that can be made before the work, in order (aitune_ray/command/checks.py): the paths, the GPU
+    kind, the extras. A mistake is a ConfigError or a DeviceError: one line, exit 2."""
+    from aitune_ray.command import checks
 
-    for key, path in (("output", job.output), ("report", job.report)):
-        if not path:
-            continue
-        folder = Path(path).resolve().parent
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=folder, prefix=".aitune-ray-check-"):
-                pass
-        except OSError as exc:
-            raise ConfigError(f"{key}: cannot write into {folder} ({exc.strerror or exc}); choose another "
-                              f"path with --{key}") from exc
+    several = len(jobs) > 1
+    for job in jobs:
+        checks.check_paths(job, args.run_dir, args.resume, several, Path(args.job).stem)
+    for kind in dict.fromkeys(job.executor.gpu_kind for job in jobs):
+        checks.check_gpu_kind(next(job for job in jobs if job.executor.gpu_kind == kind))
+    for job in jobs:
+        checks.check_extras(job)
+
+
+def resume_hint(args: argparse.Namespace) -> str:
+    """The command that continues an interrupted run where it stopped."""
+    words = ["aitune-ray", "tune", args.job]
+    for option in ("output", "report", "run_dir", "executor", "address", "device"):
+        value = getattr(args, option, None)
+        if value:
+            words += [f"--{option.replace('_', '-')}", value]
+    return "run " + " ".join(_quoted(w) for w in words + ["--resume"]) + " to continue where it stopped"
+
+
+def _quoted(word: str) -> str:
+    import shlex
+
+    return shlex.quote(str(word))
 
 
 def apply_overrides(job, args: argparse.Namespace, several: bool = False) -> None:
@@ -261,13 +226,9 @@ def open_run_folder(job, args: argparse.Namespace, several: bool = False):
 
     what = {k: v for k, v in dataclasses.asdict(job).items() if k not in ("output", "report", "executor")}
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
-    from aitune_ray.records.artifacts import plain_part
+    from aitune_ray.command.checks import run_folder_path
 
-    if args.run_dir:
-        run_dir = Path(os.path.expanduser(args.run_dir))
-        path = run_dir / plain_part(job.name) if several else run_dir
-    else:
-        path = Path(f"{job.output}.run")
+    path = run_folder_path(job, args.run_dir, several)
     folder = RunFolder.open(path, {"job": digest}, mode="resume" if args.resume else "fresh" if args.fresh else "new")
     done = folder.results_count()
     say(f"run folder: {path}" + (f" ({done} candidate result(s) from the earlier run)" if done else ""))

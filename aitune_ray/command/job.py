@@ -21,6 +21,7 @@ from typing import Any, Callable
 from aitune_ray.records import imports
 from aitune_ray.records.artifacts import plain_part
 from aitune_ray.decision.session import CONFIRM_ROUNDS
+from aitune_ray.command.job_text import MAX_JOB_BYTES, read_job_text  # noqa: F401 - MAX_JOB_BYTES: named here too
 from aitune_ray.errors import ConfigError
 from aitune_ray.records.validate import bounded, from_data, kind_of
 from aitune_ray.model import wrapping
@@ -230,25 +231,6 @@ def for_kind(job: Job, kind: str) -> Job:
             path = Path(value)
             setattr(out, key, str(path.with_name(f"{path.stem}.{plain}{path.suffix}")))
     return out
-
-
-#: A job file is a page of settings: a larger one is refused before it is parsed.
-MAX_JOB_BYTES = 1 << 20
-
-
-def read_job_text(path: Path) -> str:
-    """The text of a job file of at most MAX_JOB_BYTES (more is never read); ConfigError otherwise."""
-    try:
-        with open(path, "rb") as src:
-            data = src.read(MAX_JOB_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_JOB_BYTES:
-        raise ConfigError(f"job file {path} is larger than {MAX_JOB_BYTES >> 20} MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"job file {path} is not UTF-8 text (byte {exc.start})") from None
 
 
 #: How many nodes a job file may hold with its aliases expanded (a real job has a few hundred).
@@ -479,8 +461,14 @@ def import_object(value: str, key: str) -> Any:
     try:
         obj = imports.import_object(value, key)
     except ConfigError as exc:
-        if isinstance(exc.__cause__, ImportError):
-            raise ConfigError(f"{exc}; paths are relative to the current directory") from exc.__cause__
+        cause = exc.__cause__
+        if isinstance(cause, ImportError):
+            from aitune_ray.command.checks import missing_library_text
+
+            missing = missing_library_text(cause.name) if isinstance(cause, ModuleNotFoundError) else None
+            if missing:   # a library that the job's module imports, which an extra of this project brings
+                raise ConfigError(f"{key}: {value.partition(':')[0]} imports {missing}") from cause
+            raise ConfigError(f"{exc}; paths are relative to the current directory") from cause
         raise
     if not callable(obj):
         raise ConfigError(f"{key}: {value!r} is not callable")

@@ -1,6 +1,6 @@
 """Worker logs beside the report: a log a result names is copied next to the report, and the report links the
-copy. A log that is gone by then (an executor removes its temporary logs when nothing failed) is linked
-nowhere, so the report has no dead links.
+copy. A log that is gone by then (an executor removes its temporary logs when nothing failed), or empty (a
+worker that logged nothing), is linked nowhere, so every link of the report opens a file with something in it.
 
 A job's JSON report may come from someone else (``aitune-ray report RUN.json``): there a log path is data, and
 only a plain relative path inside the JSON's own folder is followed (no ``..``, no absolute path, no symbolic
@@ -62,7 +62,7 @@ def _kept(named: str, folder: Path, base: Path, copies: dict[str, str], confine:
     if named in copies:
         return copies[named]
     found = _read(named, base, confine)
-    if found is None or found[1] is None:
+    if found is None or not found[1]:   # gone, or empty (a worker that logged nothing): no link to open
         return ""
     name, data = found
     target = folder / name

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import TorchInductorJitBackend  # noqa: E402
+from aitune_ray.report import summary  # noqa: E402
 from examples.helpers import arguments, device_and_dtype, measure  # noqa: E402
 from examples.transformers.model import make_data, make_model  # noqa: E402
 
@@ -29,7 +30,7 @@ def main(argv=None) -> None:
     rounds = 5 if args.size == "tiny" else 30
     executor = ait.InlineExecutor(rounds) if args.executor == "inline" else ait.RayExecutor(remeasure_rounds=rounds)
     report = ait.tune(model, calls, device=device, executor=executor, call_as_given=True)   # each item one call
-    print(report.markdown())
+    print(summary(report))   # the answer first; report.markdown() gives every figure
 
     with torch.no_grad():
         tuned = model(**calls[-1])    # a CausalLMOutputWithCrossAttentions, as from the model itself
