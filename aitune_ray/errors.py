@@ -9,6 +9,11 @@ class ConfigError(AITuneRayError, ValueError):
     """A configuration value, job file key or argument is invalid."""
 
 
+class NotCallableError(ConfigError, TypeError):
+    """An object given to be called (inspect's or profile's function) is not callable: a TypeError, as calling it
+    raises in AITune, and a ConfigError."""
+
+
 class ModuleStateError(ConfigError, RuntimeError):
     """A Module method called in a state that does not allow it (activate() before tuning, leaving a tuned
     state without force=True): a RuntimeError as AITune raises, and a ConfigError."""

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from aitune_ray.model.dataloader import cycled
-from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError
+from aitune_ray.errors import AITuneRayError, ConfigError, DatasetError, NotCallableError
 from aitune_ray.inspecting.finder import ModuleFinder, synchronize
 from aitune_ray.inspecting.module_info import InspectedModulesInfo
 from aitune_ray.measure.timing import clock_in_use
@@ -38,7 +38,7 @@ def inspect(obj: Callable | torch.nn.Module, dataset: Any, inference_function: C
     _check(number_of_iterations, warmup_iterations, min_depth, max_depth)
     func = obj if inference_function is None else inference_function
     if not callable(func):
-        raise ConfigError(f"inspect: {type(func).__name__} is not callable; pass inference_function=...")
+        raise NotCallableError(f"inspect: {type(func).__name__} is not callable; pass inference_function=...")
     samples = cycled(dataset, max(number_of_iterations, warmup_iterations))
     clock = clock_in_use() or time.perf_counter
     finder = ModuleFinder(min_depth, max_depth, clock)

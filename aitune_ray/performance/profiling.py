@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from aitune_ray.errors import AITuneRayError, ConfigError
+from aitune_ray.errors import AITuneRayError, ConfigError, NotCallableError
 from aitune_ray.performance.capture import run_profiled
 from aitune_ray.performance.markdown import render
 from aitune_ray.performance.regions import find_regions, type_name
@@ -69,7 +69,7 @@ def profile(obj: Any, input_data: Any, *, inference_function: Callable | None = 
             raise ConfigError(f"profile: {name} must be an integer of at least {least}, got {value!r}")
     func = obj if inference_function is None else inference_function
     if not callable(func):
-        raise ConfigError(f"profile: {type(func).__name__} is not callable; pass inference_function=...")
+        raise NotCallableError(f"profile: {type(func).__name__} is not callable; pass inference_function=...")
     trace = None if trace_file is None else Path(trace_file).expanduser().resolve()
     args, kwargs = normalize_input(input_data)
     regions = find_regions(obj)

@@ -135,7 +135,13 @@ def _matches(value: Any, tp: Any) -> bool:
     if dataclasses.is_dataclass(tp):
         return isinstance(value, dict)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return any(value == m.value or value == m.name or value is m for m in tp)
+        if any(value == m.value or value == m.name or value is m for m in tp):
+            return True
+        try:   # the enum's own other spellings (its _missing_: AITune's short provider names)
+            tp(value)
+        except (ValueError, TypeError):
+            return False
+        return isinstance(value, (str, int))
     origin = typing.get_origin(tp) or tp
     if origin in (typing.Union, types.UnionType):
         return any(_matches(value, o) for o in typing.get_args(tp))

@@ -131,8 +131,6 @@ def test_inspect_with_mixed_precision(sample_dataset):
     assert torch.float16 in precisions and torch.float32 in precisions
 
 
-@pytest.mark.xfail(reason="needs exception classes as AITune's (a TypeError where the object is not callable)",
-                   strict=False)
 def test_inspect_with_invalid_input():
     with pytest.raises(TypeError):
         inspect(None, torch.randn(10, 10))
