@@ -216,10 +216,11 @@ def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_
         auto = torch.export.Dim.AUTO
         shapes = dynamic_shapes([{axis: auto for axis in in_axes.get(name, {})} for name in inputs])
         try:
-            return torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
-                                     input_names=list(inputs), output_names=outputs,
-                                     dynamic_shapes=shapes,
-                                     opset_version=opset_version)
+            program = torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
+                                        input_names=list(inputs), output_names=outputs,
+                                        dynamic_shapes=shapes, opset_version=opset_version)
+            noop_squeezes_to_identity(program.model.graph, what)
+            return program
         except Exception as exc:  # noqa: BLE001 - any failure of torch.export or of its ONNX translation
             first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
             logger.warning("ONNX export of %s: the dynamo exporter failed (%s); exporting with the TorchScript "
@@ -233,6 +234,31 @@ def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_
                       output_names=outputs, dynamic_axes={**in_axes, **out_axes} or None,
                       opset_version=opset_version)
     return None
+
+
+def noop_squeezes_to_identity(graph, what: str) -> int:
+    """PyTorch's squeeze(dim) of an axis whose size is not 1 returns its input unchanged (diffusers' PixArt
+    does that); torch.onnx translates it to an ONNX Squeeze, which ONNX's shape inference and ONNX Runtime
+    refuse to load ("Dimension of input 1 must be 1 instead of 16"). Each Squeeze of the (onnx_ir) graph whose
+    every axis has a static size other than 1 becomes the Identity it is in PyTorch. Returns how many."""
+    changed = 0
+    for node in list(graph):
+        if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        data, axes = node.inputs
+        shape = getattr(data, "shape", None)
+        constant = getattr(axes, "const_value", None)
+        if shape is None or constant is None or len(shape) == 0:
+            continue
+        sizes = [shape[int(a) % len(shape)] for a in constant.numpy().reshape(-1)]
+        if sizes and all(isinstance(size, int) and size != 1 for size in sizes):
+            node.resize_inputs(1)
+            node.op_type = "Identity"
+            changed += 1
+    if changed:
+        logger.info("ONNX export of %s: %d squeeze(s) of an axis whose size is not 1 exported as Identity, as "
+                    "PyTorch runs them", what, changed)
+    return changed
 
 
 def _external_locations(model) -> set[str]:
