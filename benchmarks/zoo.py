@@ -555,13 +555,16 @@ def where_raised(exc: BaseException | None) -> str:
 #: error that this project's call provoked; these say so where the frame alone would blame the library.
 KNOWN = (
     ("Must provide a tree_name when there might be a mismatch", "here",
-     "a non-tensor keyword that forward takes through **kwargs (transformers 5's return_dict) reaches torch.export "
-     "with dynamic shapes, which cannot mark a dict holding a bool; AOTInductor needs to export a tensors-only "
-     "wrapper, as the ONNX export does"),
+     "a non-tensor keyword that forward takes through **kwargs (transformers 5's return_dict) reached torch.export "
+     "with dynamic shapes, which cannot mark a dict holding a bool; every exporter must export "
+     "backend/flat_call.py's tensors-only wrapper"),
     ("Detected mismatch between the structure of `inputs` and `dynamic_shapes`", "here",
-     "torch_inductor_aot.batch_dynamic_shapes lists the keyword values in call order; torch.export matches "
-     "dynamic_shapes to forward's signature, where a keyword that forward takes through **kwargs (transformers 5's "
-     "return_dict) is one dict"),
+     "dynamic_shapes given for the module's own forward, where a keyword taken through **kwargs (transformers 5's "
+     "return_dict) is one dict; every exporter must export backend/flat_call.py's tensors-only wrapper, its "
+     "dynamic shapes keyed by the wrapper's parameter"),
+    ("must be 1 instead of", "here",
+     "a squeeze of an axis whose size is not 1 (a no-op in PyTorch) exported as an ONNX Squeeze, which ONNX "
+     "Runtime refuses; onnx_export.noop_squeezes_to_identity makes it an Identity"),
     ("Failed to convert 'dynamic_axes' to 'dynamic_shapes'", "here",
      "onnx_export.export_onnx gives the dynamo exporter dynamic_axes for a call with non-tensor keywords "
      "(use_cache=False, return_dict, None), which torch.onnx cannot turn into dynamic_shapes"),
@@ -812,7 +815,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one (model, backend) may take")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "ROW_JSON"), help=argparse.SUPPRESS)
     parser.add_argument("--combine", nargs="+", metavar="JSON",
-                        help="make one table (written at --out) of the records of runs made in parts, and stop")
+                        help="make one table (written at --out) of the records of runs made in parts, and stop; "
+                             "a later part's row for a (model, backend) replaces an earlier one's")
     args = parser.parse_args(argv)
     if args.combine:
         return combine(args.combine, args.out)
@@ -869,13 +873,29 @@ def combine(paths: list[str], out: str | None) -> int:
     kinds = {(p["size"], p["device"], p["dtype"]) for p in parts}
     if len(kinds) != 1:
         raise SystemExit(f"error: the parts differ in size, device or dtype: {sorted(kinds)}")
-    rows = [row for part in parts for row in part["rows"]]
+    # a (model, backend) run again in a later part (after a fix) replaces its earlier row, in its place
+    latest = {(row["model"], row["backend"]): row for part in parts for row in part["rows"]}
+    order = {name: i for i, name in enumerate(MODELS)}
+    rows = sorted(latest.values(), key=lambda r: (order.get(r["model"], len(order)),
+                                                  _backend_order(r["backend"])))
     first = parts[0]
     data = {"size": first["size"], "device": first["device"], "dtype": first["dtype"],
-            "complete": all(p["complete"] for p in parts), "rows": rows, "totals": totals(rows),
+            "complete": all(p["complete"] for p in parts) or covers_the_zoo(rows), "rows": rows,
+            "totals": totals(rows),
             "versions": first["versions"], "parts": len(parts)}
     publish(markdown(rows), out, data, benchmark="zoo")
     return 0
+
+
+def covers_the_zoo(rows: list[dict]) -> bool:
+    """Every model of the zoo has a row for each of its backends, or one saying it is unavailable."""
+    have = {(r["model"], r["backend"]) for r in rows}
+    return all((name, "-") in have or all((name, b) in have for b in backends_for(entry, BACKEND_NAMES))
+               for name, entry in MODELS.items())
+
+
+def _backend_order(backend: str) -> int:
+    return BACKEND_NAMES.index(backend) if backend in BACKEND_NAMES else len(BACKEND_NAMES)
 
 
 def versions() -> dict:

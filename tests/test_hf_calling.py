@@ -306,6 +306,32 @@ def test_inductor_aot_runs_another_float_keyword_eagerly_and_the_baked_one_on_it
     assert_like_eager(again, model, (x,), {"flag": True, "scale": 0.5})
 
 
+@pytest.mark.slow
+def test_inductor_aot_exports_a_model_taking_return_dict_through_its_kwargs(tmp_path, caplog):
+    """BertForSequenceClassification takes return_dict through **kwargs: the export sees only the call's tensors
+    (the bool is a constant checked on every call), with a dynamic batch; a call with return_dict=False runs
+    eagerly and returns the tuple, and the checkpoint serves the same way."""
+    from aitune_ray.backend import TorchInductorAotBackend
+
+    torch.manual_seed(0)
+    model = tiny_bert()
+    backend = build(TorchInductorAotBackend(), recorded(model, text_calls(seq=(8, 8), return_dict=True)),
+                    tmp_path / "build")
+    (args, kwargs), = text_calls((4,), (8,), return_dict=True)
+
+    def warned():
+        return [r.getMessage() for r in caplog.records if r.name == "aitune_ray.backend.baked_call"]
+
+    with caplog.at_level(logging.WARNING, logger="aitune_ray.backend.baked_call"):
+        assert assert_like_eager(backend, model, args, kwargs).logits.shape == (4, 2)
+        assert not warned()
+        out = assert_like_eager(backend, model, args, {**kwargs, "return_dict": False})
+    assert isinstance(out, tuple) and ["runs eagerly" in m for m in warned()] == [True]
+    again = round_trip(backend, model, tmp_path / "load")
+    swapped = {"return_dict": True, "attention_mask": kwargs["attention_mask"], "input_ids": kwargs["input_ids"]}
+    assert assert_like_eager(again, model, args, swapped).logits.shape == (4, 2)
+
+
 Pair = collections.namedtuple("Pair", "first second")
 
 

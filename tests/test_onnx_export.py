@@ -135,3 +135,27 @@ def test_float_and_bool_keywords_export_as_constants_and_the_sequence_axis_varie
         want = module(x, mask=mask, scale=0.5, flag=True)
     assert type(out) is tuple and out[1] is None
     torch.testing.assert_close(out[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+class SqueezeNoOp(nn.Module):
+    """squeeze(1) of an axis of size 4 (PyTorch returns the input: diffusers' PixArt does this) and of a real
+    axis of size 1."""
+
+    def forward(self, x, one):
+        return x.squeeze(1) * 2.0, one.squeeze(1)
+
+
+def test_a_squeeze_of_an_axis_not_of_size_one_loads_in_onnx_runtime_and_answers_like_pytorch(tmp_path):
+    module = SqueezeNoOp()
+    samples = []
+    for bs in (2, 3):
+        x, one = torch.randn(bs, 4, 5), torch.randn(bs, 1, 5)
+        samples.append(Sample((x, one), {}, module(x, one), bs))
+    exported = export_onnx(module, SampleStore(samples), tmp_path / "model.onnx")
+    ops = [n.op_type for n in onnx.load(str(exported.path)).graph.node]
+    assert ops.count("Squeeze") == 1, ops            # the real one stays; the no-op one is an Identity
+    session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
+    x, one = torch.randn(4, 4, 5), torch.randn(4, 1, 5)
+    got = session.run(None, {"input_0": x.numpy(), "input_1": one.numpy()})
+    for g, want in zip(got, module(x, one)):
+        torch.testing.assert_close(torch.from_numpy(g), want)

@@ -95,7 +95,7 @@ def test_an_error_traced_to_this_project_is_classified_here_wherever_it_was_rais
     error = ("build failed: UserError: Detected mismatch between the structure of `inputs` and `dynamic_shapes`: "
              "`inputs[2]` is a <class 'dict'>")
     assert zoo.classify("torch/export/dynamic_shapes.py:668", error) == "here"
-    assert "batch_dynamic_shapes" in zoo.known(error)[1]
+    assert "flat_call" in zoo.known(error)[1]
 
 
 #: What faulthandler prints when a run is stopped at its limit: a compile worker's thread first, the run's own
@@ -124,3 +124,25 @@ def test_a_segfaults_stack_is_the_current_thread_without_the_runs_frames():
             '  File "/x/tqdm/_monitor.py", line 69 in run\n\nCurrent thread 0x02 (most recent call first):\n'
             '  File "/x/torch/_inductor/cpp_builder.py", line 5 in run\n\nExtension modules: torch\n')
     assert zoo.crashed_stack(dump) == ['File "/x/torch/_inductor/cpp_builder.py", line 5 in run']
+
+
+def test_combine_keeps_a_later_parts_row_for_the_same_model_and_backend(tmp_path):
+    import json
+
+    def part(name, rows, complete):
+        data = {"size": "tiny", "device": "cpu", "dtype": "float32", "complete": complete, "rows": rows,
+                "totals": zoo.totals(rows), "versions": {}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"benchmark": "zoo", "result": data}))
+        return str(path)
+
+    def row(model, backend, build):
+        return {"model": model, "library": "transformers", "what": model, "backend": backend, "build": build,
+                "failure": "" if build == "ok" else "here", "correct": build == "ok", "round_trip": build == "ok"}
+
+    first = part("a", [row("bert", "aot", "error"), row("bert", "jit", "ok")], False)
+    second = part("b", [row("bert", "aot", "ok")], False)
+    assert zoo.combine([first, second], str(tmp_path / "zoo.md")) == 0
+    record = json.loads((tmp_path / "zoo.json").read_text())["result"]
+    assert [(r["backend"], r["build"]) for r in record["rows"]] == [("jit", "ok"), ("aot", "ok")]
+    assert record["totals"]["failures_here"] == 0 and record["complete"] is False

@@ -28,6 +28,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from aitune_ray.backend.backend import require
+from aitune_ray.backend.flat_call import dynamic_shapes, follows_batch, prepare
 from aitune_ray.errors import ExportError
 from aitune_ray.model.calls import CallForm, bound_samples
 from aitune_ray.model.structure import Structure
@@ -116,14 +117,6 @@ class ExportedModel:
                    axes, data["output_spec"], list(data.get("batch_sizes", [])), call)
 
 
-def _batch_following(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: list[int]) -> list[bool]:
-    """For each leaf position: does its leading axis equal the batch size in every sample?"""
-    first = leaves_per_sample[0]
-    return [all(len(leaves) == len(first) and leaves[i].dim() > 0 and leaves[i].shape[0] == bs
-                for leaves, bs in zip(leaves_per_sample, batch_sizes))
-            for i in range(len(first))]
-
-
 def varying_axes(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: list[int],
                  name=input_name) -> dict[str, dict[int, str]]:
     """{leaf name: {axis: symbol}} for every axis whose size differs between samples: "batch" for a leading
@@ -132,7 +125,7 @@ def varying_axes(leaves_per_sample: list[list[torch.Tensor]], batch_sizes: list[
     if len(leaves_per_sample) < 2:
         return {}
     first = leaves_per_sample[0]
-    follows = _batch_following(leaves_per_sample, batch_sizes)
+    follows = follows_batch(leaves_per_sample, batch_sizes)
     symbols: dict[tuple, str] = {}
     axes: dict[str, dict[int, str]] = {}
     for i, leaf in enumerate(first):
@@ -155,22 +148,6 @@ def batch_axes(samples: SampleStore) -> tuple[dict[str, dict[int, str]], dict[st
     sizes = [s.batch_size for s in samples]
     return (varying_axes([tensors_of((s.args, s.kwargs)) for s in samples], sizes),
             varying_axes([tensors_of(s.outputs) for s in samples], sizes, output_name))
-
-
-class _FlatCall(nn.Module):
-    """The module called with the tensor leaves of the exported call (its other values baked in), returning
-    the tensor leaves of its outputs: what the exporter sees, so that keywords and non-tensor arguments
-    never reach it."""
-
-    def __init__(self, module: nn.Module, call: CallForm):
-        super().__init__()
-        self.module = module
-        self.form = call
-        self.training = module.training   # its own flag only: train()/eval() would reach the module's layers
-
-    def forward(self, *tensors: torch.Tensor) -> tuple:
-        args, kwargs = self.form.rebuild(list(tensors))
-        return tuple(tensors_of(self.module(*args, **kwargs)))
 
 
 class _Step:
@@ -204,28 +181,19 @@ def export_onnx(module: nn.Module, samples: SampleStore, path: Path | str, *, us
     step = _Step(type(module).__name__)
     with step("prepare"):
         onnx = require("onnx", "onnx", "ONNX export")
-        if len(samples) == 0:
-            raise ValueError("no recorded samples to export with")
-        samples = bound_samples(module, samples)
-        sample = max(samples, key=lambda s: s.batch_size)
-        leaves, call = CallForm.of(module, sample.args, sample.kwargs)
+        flat = prepare(module, samples)   # the tensors-only wrapper every exporter exports (backend.flat_call)
+        leaves, call, out_structure = flat.leaves, flat.call, flat.outputs
         inputs = {input_name(i): t for i, t in enumerate(leaves)}
-        out_leaves, out_structure = Structure.of(sample.outputs)
-        if not inputs:
-            raise ValueError("the module takes no tensor input")
-        # the samples this graph serves: the others' non-tensor arguments differ, and they run eagerly
-        served = SampleStore([s for s in samples if call.leaves(s.args, s.kwargs) is not None])
-        in_axes, out_axes = batch_axes(served)
+        in_axes, out_axes = batch_axes(flat.served)
         if input_axes is not None:
             in_axes = {name: dict(axes) for name, axes in input_axes.items() if axes}
-        outputs = [output_name(i) for i in range(len(out_leaves))]
+        outputs = [output_name(i) for i in range(out_structure.leaf_count)]
         if not outputs:
             raise ValueError("the module returns no tensor")
-        flat = _FlatCall(module, call)
         path.parent.mkdir(parents=True, exist_ok=True)
     with step("export"), quiet("onnx export"):
-        program = _export(flat, leaves, inputs, outputs, in_axes, out_axes, path, use_dynamo, opset_version,
-                          step.what)
+        program = _export(flat.module, leaves, inputs, outputs, in_axes, out_axes, path, use_dynamo,
+                          opset_version, step.what)
     with step("save"):
         if program is not None:
             program.save(str(path))
@@ -246,12 +214,13 @@ def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_
     with a dynamic sequence length) or was asked for. Returns the dynamo ONNXProgram, None for TorchScript."""
     if use_dynamo:
         auto = torch.export.Dim.AUTO
-        shapes = tuple({axis: auto for axis in in_axes.get(name, {})} or None for name in inputs)
+        shapes = dynamic_shapes([{axis: auto for axis in in_axes.get(name, {})} for name in inputs])
         try:
-            return torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
-                                     input_names=list(inputs), output_names=outputs,
-                                     dynamic_shapes={"tensors": shapes} if in_axes else None,
-                                     opset_version=opset_version)
+            program = torch.onnx.export(flat, tuple(leaves), None, dynamo=True, verbose=False,
+                                        input_names=list(inputs), output_names=outputs,
+                                        dynamic_shapes=shapes, opset_version=opset_version)
+            noop_squeezes_to_identity(program.model.graph, what)
+            return program
         except Exception as exc:  # noqa: BLE001 - any failure of torch.export or of its ONNX translation
             first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
             logger.warning("ONNX export of %s: the dynamo exporter failed (%s); exporting with the TorchScript "
@@ -265,6 +234,31 @@ def _export(flat: nn.Module, leaves: list, inputs: dict, outputs: list[str], in_
                       output_names=outputs, dynamic_axes={**in_axes, **out_axes} or None,
                       opset_version=opset_version)
     return None
+
+
+def noop_squeezes_to_identity(graph, what: str) -> int:
+    """PyTorch's squeeze(dim) of an axis whose size is not 1 returns its input unchanged (diffusers' PixArt
+    does that); torch.onnx translates it to an ONNX Squeeze, which ONNX's shape inference and ONNX Runtime
+    refuse to load ("Dimension of input 1 must be 1 instead of 16"). Each Squeeze of the (onnx_ir) graph whose
+    every axis has a static size other than 1 becomes the Identity it is in PyTorch. Returns how many."""
+    changed = 0
+    for node in list(graph):
+        if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        data, axes = node.inputs
+        shape = getattr(data, "shape", None)
+        constant = getattr(axes, "const_value", None)
+        if shape is None or constant is None or len(shape) == 0:
+            continue
+        sizes = [shape[int(a) % len(shape)] for a in constant.numpy().reshape(-1)]
+        if sizes and all(isinstance(size, int) and size != 1 for size in sizes):
+            node.resize_inputs(1)
+            node.op_type = "Identity"
+            changed += 1
+    if changed:
+        logger.info("ONNX export of %s: %d squeeze(s) of an axis whose size is not 1 exported as Identity, as "
+                    "PyTorch runs them", what, changed)
+    return changed
 
 
 def _external_locations(model) -> set[str]:

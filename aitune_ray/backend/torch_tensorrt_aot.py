@@ -1,9 +1,10 @@
 """TorchTensorRTAotBackend: torch.export, torch_tensorrt.dynamo.compile, saved with torch_tensorrt.save.
 
-The export and the TensorRT inputs share one range per dynamic axis, from the recorded shapes (one
-dynamic profile, tensorrt_profiles): ``torch.export.Dim`` objects for the export (axes of equal sizes
-in every sample share one, as inputs sharing a batch must) and ``torch_tensorrt.Input(min_shape,
-opt_shape, max_shape)`` for the engines. The artifact is torch-tensorrt's ExportedProgram archive
+What is exported is backend.flat_call's tensors-only wrapper (the call's tensor leaves in, its non-tensor
+arguments constants checked on every call by backend.baked_call). The export and the TensorRT inputs share
+one range per dynamic axis, from the recorded shapes (one dynamic profile, tensorrt_profiles):
+``torch.export.Dim`` objects for the export (axes of equal sizes in every sample share one, as inputs
+sharing a batch must) and ``torch_tensorrt.Input(min_shape, opt_shape, max_shape)`` for the engines. The artifact is torch-tensorrt's ExportedProgram archive
 (``model.ep``), loaded with ``torch_tensorrt.load``. Unlike the other artifacts of a checkpoint, that
 archive is not pickle-free: ``torch.export.load`` reads its TensorRT engine objects with a full unpickle
 once the weights-only load refuses them. The checkpoint loader therefore counts it as code that runs as
@@ -17,8 +18,6 @@ and loaded as one artifact.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import itertools
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,14 @@ from torch import nn
 
 from aitune_ray.backend.backend import Backend, BackendConfig
 from aitune_ray.backend.baked_call import BakedCall
+from aitune_ray.backend.flat_call import FlatExport, dynamic_shapes, prepare
 from aitune_ray.backend.onnx_export import input_name
 from aitune_ray.backend.tensorrt_profiles import ProfileMode, TensorRTProfile, derive_profiles, dynamic_axes
 from aitune_ray.backend.torch_tensorrt_config import TorchTensorRTConfig, torch_tensorrt, uses_sage_attention
 from aitune_ray.backend.torch_tensorrt_jit import nested_compile_config
 from aitune_ray.errors import BuildError, ConfigError
 from aitune_ray.kernel_forge.plan import KernelOptimizationPlan
-from aitune_ray.model.calls import CallForm
-from aitune_ray.model.samples import Sample, SampleStore, map_structure
+from aitune_ray.model.samples import SampleStore
 
 logger = logging.getLogger(__name__)
 
@@ -63,18 +62,12 @@ class TorchTensorRTAotBackendConfig(BackendConfig):
         return {**super().to_dict(), "compile_config": self.compile_config.to_dict()}
 
 
-def _leaves_by_name(sample: Sample, fn) -> tuple[tuple, dict]:
-    """(args, kwargs) of sample with every tensor leaf t replaced by fn(ONNX-style input name, t)."""
-    counter = itertools.count()
-    return map_structure((tuple(sample.args), dict(sample.kwargs)), lambda t: fn(input_name(next(counter)), t))
-
-
-def export_dynamic_shapes(module: nn.Module, sample: Sample, profile: TensorRTProfile) -> dict:
-    """torch.export dynamic_shapes by forward parameter name: one Dim per distinct dynamic range."""
+def export_dynamic_shapes(flat: FlatExport, profile: TensorRTProfile) -> dict | None:
+    """torch.export dynamic_shapes of the tensors-only wrapper: one Dim per distinct dynamic range."""
     symbols = dynamic_axes([profile])
     dims: dict[str, Any] = {}
 
-    def spec(name: str, tensor: torch.Tensor):
+    def spec(name: str) -> dict | None:
         axes = symbols.get(name)
         if not axes:
             return None
@@ -86,20 +79,18 @@ def export_dynamic_shapes(module: nn.Module, sample: Sample, profile: TensorRTPr
             out[axis] = dims[symbol]
         return out
 
-    args, kwargs = _leaves_by_name(sample, spec)
-    bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    return dict(bound.arguments)
+    return dynamic_shapes([spec(input_name(i)) for i in range(len(flat.leaves))])
 
 
-def export_program(module: nn.Module, samples: SampleStore) -> tuple[Any, TensorRTProfile, Sample]:
-    """torch.export of module on its largest recorded sample, every varying axis dynamic over its
-    recorded range. Returns (ExportedProgram, the dynamic profile, the sample exported on)."""
-    profile = derive_profiles(samples, ProfileMode.SINGLE)[0]
-    sample = max(samples, key=lambda s: s.batch_size)
-    shapes = export_dynamic_shapes(module, sample, profile) if not profile.is_static else None
-    program = torch.export.export(module, tuple(sample.args), dict(sample.kwargs), dynamic_shapes=shapes,
-                                  strict=False)
-    return program, profile, sample
+def export_program(module: nn.Module, samples: SampleStore) -> tuple[Any, TensorRTProfile, FlatExport]:
+    """torch.export of backend.flat_call's tensors-only wrapper of module on its largest recorded call, every
+    varying axis dynamic over its recorded range (the calls it serves). Returns (ExportedProgram, the dynamic
+    profile, the FlatExport)."""
+    flat = prepare(module, samples)
+    profile = derive_profiles(flat.served, ProfileMode.SINGLE)[0]
+    shapes = export_dynamic_shapes(flat, profile) if not profile.is_static else None
+    program = torch.export.export(flat.module, tuple(flat.leaves), dynamic_shapes=shapes, strict=False)
+    return program, profile, flat
 
 
 class TorchTensorRTAotBackend(Backend):
@@ -120,18 +111,17 @@ class TorchTensorRTAotBackend(Backend):
         library = torch_tensorrt(self.name)
         if device.type != "cuda":
             raise BuildError(f"{self.name} builds for a CUDA device, not {device}")
-        program, profile, sample = export_program(module.eval(), samples)
-        self._call = BakedCall(self.name, module, CallForm.of(module, sample.args, sample.kwargs)[1],
-                               (len(sample.args), list(sample.kwargs)))
+        program, profile, flat = export_program(module.eval(), samples)
+        self._call = BakedCall(self.name, module, flat.call, outputs=flat.outputs)
 
         def trt_input(name: str, tensor: torch.Tensor):
             low, opt, high = profile.shapes[name]
             return library.Input(min_shape=low, opt_shape=opt, max_shape=high, dtype=tensor.dtype, name=name)
 
-        arg_inputs, kwarg_inputs = _leaves_by_name(sample, trt_input)
+        arg_inputs = [trt_input(input_name(i), t) for i, t in enumerate(flat.leaves)]
         settings = self.config.compile_config.settings(library)
         settings["device"] = library.Device(f"cuda:{device.index or 0}")
-        compiled = library.dynamo.compile(program, arg_inputs=list(arg_inputs), kwarg_inputs=kwarg_inputs, **settings)
+        compiled = library.dynamo.compile(program, arg_inputs=arg_inputs, **settings)
         self._path = Path(workdir) / ARTIFACT
         # retrace=False: the graph and its symbolic shapes are saved as compiled, not exported again
         library.save(compiled, str(self._path), output_format="exported_program", retrace=False)
