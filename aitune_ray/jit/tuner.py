@@ -113,7 +113,8 @@ class Tuner:
                         device, len(module.samples), module.samples.batch_sizes())
             return ModuleState.EAGER, None, "dry run"
         if config.detect_graph_breaks:
-            breaks = graph_breaks(module.__wrapped__, module.samples.samples[0])
+            with wrapper.unpatched() as plain:   # its own forward, not the wrapper's proxy
+                breaks = graph_breaks(plain, module.samples.samples[0])
             if breaks:
                 return ModuleState.EAGER, None, f"graph break ({breaks})"
         from aitune_ray.api.tuning import tune_modules
