@@ -14,6 +14,15 @@ import pytest
 
 import aitune_ray
 from aitune_ray import aitune_paths
+from aitune_ray.jit.patcher import jit_reset
+
+
+@pytest.fixture(autouse=True)
+def no_jit_afterwards():
+    """Importing aitune_ray.jit.enable turns JIT tuning on for the whole process, as AITune's does: each test
+    here leaves it off again, so that no later test's modules are tracked (and kept alive) by it."""
+    yield
+    jit_reset()
 from aitune_ray.errors import AbsentNameError
 
 HERE = Path(__file__).resolve().parent
