@@ -3,6 +3,7 @@ malformed part is refused with a one-line CheckpointError before anything in the
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -50,6 +51,7 @@ def refused(path: Path, bait: Bait, sandbox: Sandbox, error=CheckpointError, mat
             **load_args) -> str:
     """Load path into a fresh Module: it must raise error (one line), change nothing, import nothing, and leave
     nothing behind. Returns the message."""
+    gc.collect()   # modules an earlier line dropped (a wrapped module and its wrapper refer to each other) go now
     fresh = ait.Module(mlp(seed=4), "m")
     before, modules = snapshot(fresh.module), set(sys.modules)
     outside, temporary = hostile.files_under(path.parent.parent), sandbox.leftovers()
@@ -61,7 +63,7 @@ def refused(path: Path, bait: Bait, sandbox: Sandbox, error=CheckpointError, mat
     assert hostile.same_state(fresh.module, before)
     assert not bait.imported(), "the checkpoint imported the module it names"
     assert hostile.new_modules(modules) == []
-    assert sandbox.leftovers() == temporary, "the load left files in its temporary folder"
+    assert sandbox.leftovers() - temporary == set(), "the load left files in its temporary folder"
     assert without_temp_root(hostile.files_under(path.parent.parent) - outside) == set(), "the load wrote files"
     return message
 
