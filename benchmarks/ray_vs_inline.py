@@ -251,7 +251,7 @@ def time_budget(events: list[dict], results: list, identities: list[dict], start
         budget["compile threads (inline)"] = inductor_config.compile_threads
         budget["torch threads (inline)"] = torch.get_num_threads()
     profiles = _spans(events, "profile", "planning")
-    from aitune_ray.cluster.forge_tasks import EVENTS as FORGE_EVENTS
+    from aitune_ray.cluster.forge import EVENTS as FORGE_EVENTS
 
     forge = [pair for task, start in sorted(set(FORGE_EVENTS.values())) for pair in _spans(events, task, start)]
     if forge:

@@ -172,7 +172,7 @@ def test_a_cancelled_search_stops_and_frees_its_actors(executor):
     after = {slot.index: (slot.generation, slot.restarts) for slot in executor.pool.slots}
     assert sum(after[i][0] - before[i][0] for i in after) >= 1   # the generator's actor was replaced
     assert all(after[i][1] == before[i][1] for i in after)       # and that is no failure
-    assert not any(executor.pool.demand.values()) and all(not s.busy for s in executor.pool.slots)
+    assert not executor.schedule.queued() and all(not s.busy for s in executor.pool.slots)
 
 
 def test_every_kept_provider_is_confirmed_beside_the_original_on_one_gpu(executor):

@@ -3,7 +3,9 @@ events), and what the schedule's costs estimate."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+import types
 
 import pytest
 
@@ -146,14 +148,71 @@ def test_timing_calls_go_first_then_the_costliest_next_build_of_any_module_each_
 
     waiting = [build("a", 1, 6.0, 1), build("a", 1, 3.0, 2), build("a", 1, 1.5, 3),
                build("b", 2, 1.0, 4), build("b", 2, 9.0, 5),      # FirstWins order: its cheap first choice first
-               Request("remeasure", (), "c", 1.0, name="c:remeasure", timing=True, seq=6),
-               build("d", 4, 4.0, 7)]
+               Request("forge", (), "e", 1.0, name="e:benchmark", urgent=True, seq=8),
+               Request("remeasure", (), "c", 1.0, name="c:remeasure", timing=True, seq=9),
+               build("d", 4, 4.0, 10), Request("forge", (), "e", 1.0, name="e:original", urgent=True, seq=11)]
     order = []
     while waiting:   # one actor frees up at a time: the first in order takes it
         first = in_order(waiting)[0]
         order.append(first.name)
         waiting.remove(first)
-    assert order == ["c:remeasure", "a:6", "d:4", "a:3", "a:1.5", "b:1", "b:9"]
+    # the kernel forge's tasks (a plan a build waits for) after timing calls, before any build
+    assert order == ["c:remeasure", "e:benchmark", "e:original", "a:6", "d:4", "a:3", "a:1.5", "b:1", "b:9"]
+
+
+def test_the_kernel_forge_s_tasks_are_the_job_schedule_s_requests_and_a_held_one_lets_a_build_have_the_actor():
+    """Three idle actors, three generators of the forge and one build queued: generators leave one actor to
+    other work, so two start, the third is held, and the build takes the third actor."""
+    from aitune_ray.cluster.forge import RayForgeRunner
+    from aitune_ray.cluster.pool import Slot
+    from aitune_ray.cluster.schedule import Request, Schedule
+    from aitune_ray.kernel_forge.optimizer import FunctionSearch
+
+    class Pool:
+        slots = [Slot(i, actor=object(), generation=1, info={"node": "n", "gpu": str(i)}) for i in range(3)]
+
+        def idle(self):
+            return [s for s in self.slots if not s.busy]
+
+        def alive(self):
+            return list(self.slots)
+
+    class Runner:   # the Ray call itself: a slot is busy from its start
+        inflight: dict = {}
+
+        def start(self, slot, method, args, limit_s, **options):
+            slot.busy = True
+            return types.SimpleNamespace(where=slot.identity(), options=options)
+
+    class Executor:
+        task_timeout_s = 60.0
+
+        def __init__(self):
+            self.schedule = Schedule.__new__(Schedule)   # its dispatch alone: no Ray, no loop
+            self.schedule.pool, self.schedule.runner, self.schedule._timing_on = Pool(), Runner(), {}
+            self.schedule._lock, self.schedule._queue = threading.RLock(), []
+            self.schedule._seq, self.schedule._front, self.schedule._closed = itertools.count(1), itertools.count(-1, -1), False
+            self.schedule.ring = lambda: None
+
+        def open(self):
+            pass
+
+        def put(self, value):
+            return value
+
+    executor = Executor()
+    runner = RayForgeRunner(executor, intent="cpu")
+    runner.open(types.SimpleNamespace(generation_timeout=5.0))
+    search = FunctionSearch("gelu", [], [], [])
+    generators = [runner._request("generate", search, f"g{i}", {}, generator=True) for i in range(3)]
+    runner._submit(generators)
+    build = Request("run", (), "other", 1.0, name="build")
+    executor.schedule.submit(build)
+    executor.schedule._dispatch()
+    assert [r.state for r in generators] == ["running", "running", "queued"]
+    assert build.state == "running"
+    started = generators[0].task.options
+    assert started["from_dispatch"] and not started["failure_on_timeout"]   # a generator's timeout is no failure
 
 
 @pytest.mark.parametrize("fake_gpus", [3], indirect=True)

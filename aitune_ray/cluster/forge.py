@@ -25,22 +25,31 @@ that plan first with the backend's planner on a RayForgeRunner: it profiles on t
 the batch, then searches on a thread of its own; the batch's plain backend builds run on the actors
 meanwhile, and the forge's tasks get each idle actor before them. The job's spec then carries the finished
 plan (Backend.spec_with_plan) and goes to an actor like any other job, which builds without planning
-again. Jobs of one batch with one plan key share one PlanRun, so one profile and one search. The tasks
-themselves run through forge_tasks.Scheduler.
+again. Jobs of one batch with one plan key share one PlanRun, so one profile and one search.
+
+The forge has no scheduler of its own: each task is a Request in the job's one schedule (cluster.schedule),
+urgent (after timing calls, before builds), beside every module's builds. A generator's generation_timeout
+counts from its dispatch, and a generator still running then has its actor killed and replaced without that
+counting as a failure; any other task has the executor's task_timeout_s, and one that runs past it, or whose
+worker dies, has its actor replaced like a failed build. Work that prefers a GPU ((node, gpu)) waits for that
+actor while it lives. The runner waits on what the schedule tells it (a queue of ended requests), never by
+polling.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from aitune_ray.backend.backend import Planner, backend_class_of
-from aitune_ray.cluster.forge_tasks import Cancelled, Scheduler, Work
+from aitune_ray.cluster.pool import Slot
+from aitune_ray.cluster.schedule import Request
 from aitune_ray.kernel_forge.function_samples import FunctionSample, device_of
 from aitune_ray.kernel_forge.kernel_provider.kernel_provider import KernelProvider, kernel_provider_from_dict
 from aitune_ray.runtime.device import module_device
@@ -51,10 +60,44 @@ from aitune_ray.kernel_forge.runner import ForgeRunner
 from aitune_ray.cluster.profile_process import ProfileChild, ProfileProcessError, profile_in_child
 from aitune_ray.kernel_forge.records import ERROR, OK, GenerationOutcome, ProviderBenchmark
 from aitune_ray.measure.turns import turns_for
+from aitune_ray.records.failures import outcome
 from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.model.samples import move
 
 logger = logging.getLogger(__name__)
+
+class Cancelled(Exception):
+    """The plan was no longer wanted (its batch was cancelled, or the executor closed)."""
+
+
+#: Per forge task: its progress task name and the event that starts it.
+EVENTS = {"benchmark": ("forge-benchmark", "benchmarking"), "generate": ("forge-generate", "generating"),
+          "original": ("forge-benchmark", "measuring"), "interleaved": ("forge-remeasure", "remeasuring")}
+
+
+@dataclasses.dataclass(eq=False)
+class Work:
+    """A forge task's own part (the payload of its schedule Request) and, once it ended, its outcome."""
+
+    task: str                        # benchmark, generate, original, interleaved
+    function: str
+    label: str                       # what it runs (a provider's or generator's name)
+    generator: bool = False
+    status: str = ""                 # "" while pending, then OK or why not
+    error: str = ""
+    out: Any = None
+    where: dict = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+
+    def what(self) -> str:
+        return f"the forge {self.task} of {self.label}"
+
+    def progress_status(self) -> str:
+        """A finished task's outcome: the record's own status where the task returned one."""
+        if self.status == OK and isinstance(self.out, dict) and isinstance(self.out.get("status"), str):
+            return self.out["status"]
+        return self.status
+
 
 def _provider_name(spec: dict | KernelProvider) -> str:
     if isinstance(spec, KernelProvider):
@@ -65,8 +108,13 @@ def _provider_name(spec: dict | KernelProvider) -> str:
         return str(spec.get("type", "?"))
 
 
+def _where(slot: Slot) -> tuple:
+    info = slot.identity()
+    return info.get("node"), info.get("gpu")
+
+
 class RayForgeRunner(ForgeRunner):
-    """A KernelOptimizer's benchmarks, generators and timings as tasks on executor's actors.
+    """A KernelOptimizer's benchmarks, generators and timings as tasks in executor's one schedule.
 
     executor: a RayExecutor (opened here if it is not yet). intent: "cuda" or "cpu", the device kind the
     actors use (None: the recorded samples' device). on_queue: called once, when the first tasks
@@ -84,12 +132,19 @@ class RayForgeRunner(ForgeRunner):
         self.executor, self.intent, self.on_queue, self.context = executor, intent, on_queue, context
         self.profile_child = profile_child   # started ahead (PlanRun); else one is started when needed
         self._cancelled = threading.Event()
-        self._scheduler: Scheduler | None = None
+        self._schedule = None
+        self._generation_timeout = 0.0
+        self._sink: queue.Queue = queue.Queue()       # what the schedule says of this runner's requests
+        self._requests: set[Request] = set()          # queued or running
+        self._ended: dict[Request, Work] = {}         # ended, not yet waited for
         self._boxes: dict[str, list] = {}
 
     def cancel(self) -> None:
         """Stop a search running on another thread: it raises Cancelled."""
         self._cancelled.set()
+        if self._schedule is not None:
+            self._schedule.cancel(list(self._requests), "forge work no longer wanted")
+        self._sink.put(("cancelled", None))   # wakes a wait that had nothing in flight
 
     def profile(self, opt, profiler, function, data, module):
         """A CUDA trace in a child process (cluster.profile_process); a CPU one here, as it needs no CUPTI."""
@@ -109,13 +164,17 @@ class RayForgeRunner(ForgeRunner):
 
     def open(self, opt) -> None:
         self.executor.open()
-        self._scheduler = Scheduler(self.executor, opt.generation_timeout, self._cancelled, self.context)
-        self._boxes = {}
+        self._schedule = self.executor.schedule
+        self._generation_timeout = opt.generation_timeout
+        self._sink = queue.Queue()   # a new one: what an earlier search's requests say is not this one's
+        self._boxes, self._ended = {}, {}
 
     def close(self) -> None:
-        if self._scheduler is not None:
-            self._scheduler.close()
-        self._scheduler, self._boxes = None, {}
+        """Stop whatever of this search is still queued or running (its actors are replaced, not counted as
+        failures)."""
+        if self._schedule is not None and self._requests:
+            self._schedule.cancel(list(self._requests), "forge work no longer wanted")
+        self._requests, self._ended, self._boxes = set(), {}, {}
 
     # ----- plain data out ---------------------------------------------------------------------------
     def _box(self, search: FunctionSearch) -> list:
@@ -134,22 +193,102 @@ class RayForgeRunner(ForgeRunner):
             callback, self.on_queue = self.on_queue, None
             callback()
 
-    def _work(self, task: str, search: FunctionSearch, label: str, *args: Any, **options: Any) -> Work:
+    # ----- the schedule's side ----------------------------------------------------------------------
+    def _request(self, task: str, search: FunctionSearch, label: str, *args: Any, generator: bool = False,
+                 prefer: tuple | None = None) -> Request:
         box = self._box(search)
-        return self._scheduler.submit(Work(task, (box, self.intent, search.function, *args), search.function, label,
-                                           **options))
+        limit = self._generation_timeout if generator else self.executor.task_timeout_s
+        return Request("forge", (task, box, self.intent, search.function, *args),
+                       self.context.name if self.context is not None else "kernel forge", limit,
+                       name=f"{task} {label}:{search.function}", payload=Work(task, search.function, label, generator),
+                       urgent=True, rank=self._preferring(prefer), hold=self._room if generator else None,
+                       from_dispatch=generator, failure_on_timeout=not generator, on_start=self._started,
+                       sink=self._sink)
+
+    def _submit(self, requests: list[Request]) -> list[Request]:
+        if self._cancelled.is_set():
+            raise Cancelled()
+        self._requests.update(requests)
+        self._schedule.submit(*requests)
+        return requests
+
+    def _preferring(self, where: tuple | None) -> Callable[[Slot], int | None] | None:
+        """A slot rank for work that prefers the actor at where ((node, gpu)): only that one while it lives."""
+        if where is None:
+            return None
+        pool = self._schedule.pool
+
+        def rank(slot: Slot) -> int | None:
+            if _where(slot) == where:
+                return 0
+            return None if any(_where(s) == where for s in pool.alive()) else 1
+
+        return rank
+
+    def _room(self) -> bool:
+        """Whether a generator may start: generators leave at least one actor to the benchmarks when there
+        are two or more (the schedule asks this on its loop, before each placement)."""
+        running = sum(1 for r in list(self._requests) if r.payload.generator and r.state == "running")
+        return running < max(1, len(self._schedule.pool.alive()) - 1)
+
+    def _started(self, request: Request) -> None:
+        self._emit(request.payload, EVENTS[request.payload.task][1], "running", request.task.where, 0.0)
+
+    def _emit(self, work: Work, event: str, status: str, where: dict, elapsed_s: float) -> None:
+        if self.context is not None:
+            task = EVENTS[work.task][0]
+            self.executor.emit(self.context, event, task=task, status=status, where=where, elapsed_s=elapsed_s,
+                               key=f"{task}:{work.function}:{work.label}", backend=work.label, function=work.function)
+
+    def _wait(self, requests: list[Request]) -> Iterator[Work]:
+        """Yield each of requests' Work as it ends (in completion order)."""
+        pending = list(requests)
+        while pending:
+            if self._cancelled.is_set():
+                raise Cancelled()
+            for request in [r for r in pending if r in self._ended]:
+                pending.remove(request)
+                yield self._ended.pop(request)
+            if pending:
+                self._take(*self._sink.get())
+
+    def _take(self, what: str, request: Request | None) -> None:
+        if what == "requeued":
+            return
+        if what == "cancelled" or request is None:
+            raise Cancelled()
+        if what == "error":   # a progress callback's Ctrl-C on the schedule's thread
+            raise request.error
+        self._requests.discard(request)
+        work, task = request.payload, request.task
+        if task is None:
+            failure = outcome(work.what(), unrun=request.unrun or "no tuner actor is left")
+        else:
+            work.seconds, work.where = task.seconds, task.where
+            limit = ("generation_timeout", self._generation_timeout) if work.generator else \
+                ("task_timeout_s", self.executor.task_timeout_s)
+            failure = outcome(work.what(), failure=task.failure, timed_out=task.timed_out, limit_s=limit[1],
+                              limit_name=limit[0], replaced=True, log_path=task.log_path)
+        if failure is None:
+            work.out, work.status = task.out, OK
+        else:
+            work.status, work.error = failure.status, failure.error
+        self._emit(work, "done", work.progress_status(), work.where, work.seconds)
+        self._ended[request] = work
 
     # ----- benchmarks and generators -------------------------------------------------------------------
     def benchmark(self, opt, jobs: list[BenchmarkJob], searches: dict[str, FunctionSearch]):
-        works = {}
+        requests = {}
         for job in jobs:
             spec = job.provider if isinstance(job.provider, dict) else job.provider.to_dict()
-            work = self._work("benchmark", searches[job.function], _provider_name(job.provider), spec,
-                              opt.tolerance, opt.measure.to_dict(), job.source)
-            works[work] = (job, spec)
+            request = self._request("benchmark", searches[job.function], _provider_name(job.provider), spec,
+                                    opt.tolerance, opt.measure.to_dict(), job.source)
+            requests[request] = (job, spec)
+        self._submit(list(requests))
         self._queued()
-        for work in self._scheduler.wait(list(works)):
-            job, spec = works[work]
+        jobs_of = {request.payload: pair for request, pair in requests.items()}
+        for work in self._wait(list(requests)):
+            job, spec = jobs_of[work]
             if work.status == OK:
                 yield ProviderBenchmark.from_dict(work.out)
             else:
@@ -157,8 +296,8 @@ class RayForgeRunner(ForgeRunner):
                                         error=work.error, gpu=work.where.get("gpu", ""),
                                         node=work.where.get("node", ""), seconds=work.seconds)
 
-    def submit_generators(self, opt, searches: dict[str, FunctionSearch], functions: list[str]) -> list[Work]:
-        works = []
+    def submit_generators(self, opt, searches: dict[str, FunctionSearch], functions: list[str]) -> list[Request]:
+        requests = []
         for fn in functions:
             for generator in [g for g in opt.kernel_generators if fn in opt.functions_of(g)]:
                 try:
@@ -167,12 +306,12 @@ class RayForgeRunner(ForgeRunner):
                     opt.generation_failed(searches[fn], generator.name, ERROR,
                                           f"to_dict failed: {type(exc).__name__}: {exc}")
                     continue
-                works.append(self._work("generate", searches[fn], generator.name, spec, generator=True))
+                requests.append(self._request("generate", searches[fn], generator.name, spec, generator=True))
                 logger.info("submitted %s for %s to the actors", generator.name, fn)
-        return works
+        return self._submit(requests)
 
-    def collect_generated(self, opt, searches: dict[str, FunctionSearch], tasks: list[Work]) -> None:
-        for work in self._scheduler.wait(tasks):
+    def collect_generated(self, opt, searches: dict[str, FunctionSearch], tasks: list[Request]) -> None:
+        for work in self._wait(tasks):
             search = searches[work.function]
             if work.status != OK:
                 opt.generation_failed(search, work.label, work.status, work.error, work.seconds)
@@ -182,10 +321,11 @@ class RayForgeRunner(ForgeRunner):
     # ----- timings for the choice ---------------------------------------------------------------------
     def originals(self, opt, search: FunctionSearch, where: set) -> dict[tuple, ProviderBenchmark]:
         """The original timed on each (node, gpu) in where (on another actor where that one is gone)."""
-        works = [self._work("original", search, f"original F.{search.function}", opt.measure.to_dict(),
-                            prefer=identity) for identity in sorted(where)]
+        requests = self._submit([self._request("original", search, f"original F.{search.function}",
+                                               opt.measure.to_dict(), prefer=identity)
+                                 for identity in sorted(where)])
         found: dict[tuple, ProviderBenchmark] = {}
-        for work in self._scheduler.wait(works):
+        for work in self._wait(requests):
             if work.status != OK:
                 logger.warning("timing the original %s on %s failed: %s", search.function,
                                work.where.get("gpu", "?"), work.error)
@@ -199,9 +339,10 @@ class RayForgeRunner(ForgeRunner):
     def interleaved(self, opt, search: FunctionSearch, finalists: list[ProviderBenchmark]) -> dict | None:
         """The original and finalists timed interleaved on one actor (the best's GPU where it lives)."""
         best = finalists[0]
-        work = self._work("interleaved", search, f"re-measure of {search.function}",
-                          [r.provider for r in finalists], opt.final_rounds, prefer=(best.node, best.gpu))
-        next(self._scheduler.wait([work]))
+        requests = self._submit([self._request("interleaved", search, f"re-measure of {search.function}",
+                                               [r.provider for r in finalists], opt.final_rounds,
+                                               prefer=(best.node, best.gpu))])
+        work = next(self._wait(requests))
         if work.status != OK:
             logger.warning("the interleaved re-measure of %s failed: %s", search.function, work.error)
             return None

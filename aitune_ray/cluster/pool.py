@@ -13,9 +13,7 @@ It never shrinks: a slot whose node left gets its replacement wherever Ray finds
 included. A slot gets work once its actor has started (dispatchable), except the pool's first actors, which
 Ray starts where it counted their room.
 
-Several driver threads may share the pool (a batch's builds and the kernel forge's tasks): acquire()
-hands out idle slots under a lock, and work that registered demand (the forge, whose plan a composite
-build waits for) gets idle slots before plain acquirers do.
+The pool knows nothing of the work: the job's schedule (cluster.schedule) gives idle slots their tasks.
 """
 
 from __future__ import annotations
@@ -96,7 +94,6 @@ class ActorPool:
         self.limit_bytes, self.artifact_dir = limit_bytes, artifact_dir
         self._remote = ray.remote(TunerActor)
         self.lock = threading.RLock()
-        self.demand: dict[int, int] = {}  # owner id -> tasks waiting for a slot, served first
         self.listeners: list = []         # called (no arguments) when a slot becomes idle or is replaced
         self.closed = False
         shares, first = start_shares(size, num_gpus)
@@ -164,7 +161,7 @@ class ActorPool:
         self.changed()
 
     def changed(self) -> None:
-        """Tell the listeners that a slot may be idle now (or demand changed)."""
+        """Tell the listeners that a slot may be idle now."""
         for listener in list(self.listeners):
             listener()
 
@@ -175,23 +172,6 @@ class ActorPool:
     def idle(self) -> list[Slot]:
         self._start_later()
         return [s for s in self.slots if s.alive and not s.busy]
-
-    def acquire(self, *, urgent: bool = False, prefer: tuple | None = None, only: bool = False) -> Slot | None:
-        """An idle slot, marked busy; None when there is none, or when urgent work waits and this is not.
-        prefer: (node, gpu) of the slot wanted; with only=True no other slot is taken while that one lives."""
-        with self.lock:
-            if not urgent and any(self.demand.values()):
-                return None
-            idle = [s for s in self.idle() if s.dispatchable()]
-            if prefer is not None:
-                matching = [s for s in self.alive() if (s.identity().get("node"), s.identity().get("gpu")) == prefer]
-                if matching:
-                    first = [s for s in idle if s in matching]
-                    idle = first if only else first + [s for s in idle if s not in matching]
-            if not idle:
-                return None
-            idle[0].busy = True
-            return idle[0]
 
     def replace(self, slot: Slot, reason: str, failure: bool = True) -> bool:
         """Kill slot's actor and start a fresh one there. Returns False when the slot is retired instead

@@ -1,13 +1,16 @@
 """The job's one schedule: every module's actor work in one queue over the pool, run by one loop.
 
-Run handles (builds) and the executor (eager baselines, re-measures) queue Requests here, for every module
-of every model of a job at once. One thread dispatches them to idle actors and collects what ended, waiting
-on Ray's futures only: the tasks in flight, the actors still starting, and a Bell rung when work is queued
-or a slot is freed elsewhere (the kernel forge's tasks, which get idle actors first).
+Run handles (builds), the executor (eager baselines, re-measures) and the kernel forge (provider benchmarks,
+generators, the original's timings and the confirm of finalists; aitune_ray.cluster.forge) queue Requests
+here, for every module of every model of a job at once. One thread dispatches them to idle actors and
+collects what ended, waiting on Ray's futures only: the tasks in flight, the actors still starting, and a
+Bell rung when work is queued or a slot is freed elsewhere.
 
-Order: timing calls (a module's eager baseline, its re-measure) before builds, so that a module whose builds
-are over is not held behind the others'; builds by the expected cost of each module's next build, costliest
-first (costs.Costs), each module's own builds in the order its strategy gave. A timing call runs alone on its
+Order: timing calls (a module's eager baseline, its re-measure) first, so that a module whose builds are
+over is not held behind the others'; then urgent work (the kernel forge's tasks, whose plan a build waits
+for), in the order queued; then builds by the expected cost of each module's next build, costliest first
+(costs.Costs), each module's own builds in the order its strategy gave. A request held (hold() is False)
+or with no slot it may run on (rank) lets the next one have the slot. A timing call runs alone on its
 actor, and never beside another timing call on the same device: a GPU (actors sharing one also take turns
 at it, aitune_ray.measure.turns), or a node's CPUs for a module tuned for the CPU. A task whose node left
 the cluster is queued again, up to NODE_LOSS_RETRIES times; the actor log of the lost attempt stays where
@@ -44,7 +47,10 @@ class Request:
     """One actor call the schedule runs. sink gets ("requeued" | "end" | "cancelled" | "error", request).
 
     rank: a slot's preference (lower first) or None where the request must not run; None: any slot.
-    hold: the request waits while this returns False (a build waiting for the driver's profile).
+    hold: the request waits while this returns False (a build waiting for the driver's profile, a generator
+    while the forge's others hold all but one actor); asked again before each placement.
+    limit_s counts from when the actor was up, or from dispatch (from_dispatch: a generator's timeout); a
+    task past it has its actor replaced, counted as a failure unless failure_on_timeout is False.
     on_driver: no actor call; the slot is only held idle while the driver times on its GPU (release())."""
 
     method: str
@@ -55,6 +61,9 @@ class Request:
     payload: Any = None
     cost: float = 0.0
     timing: bool = False         # a timing session: before any build, and never two at once on one device
+    urgent: bool = False         # after timing calls, before builds (the kernel forge's tasks)
+    from_dispatch: bool = False
+    failure_on_timeout: bool = True
     on_cpu: bool = False          # it times on the host's CPUs (then every actor of a node is on that one device)
     group: int = 0
     rank: Callable[[Slot], int | None] | None = None
@@ -88,18 +97,20 @@ def device_of(slot: Slot, request: Request) -> tuple:
 
 
 def in_order(waiting: list[Request]) -> list[Request]:
-    """The order in which waiting requests get an idle actor: timing calls first (in the order queued), then
-    builds by the expected cost of their module's next build, costliest first; a module's own builds in the
-    order its strategy gave them."""
+    """The order in which waiting requests get an idle actor: timing calls first, then urgent work (each in
+    the order queued), then builds by the expected cost of their module's next build, costliest first; a
+    module's own builds in the order its strategy gave them."""
     heads: dict[int, float] = {}
     for request in sorted(waiting, key=lambda r: r.seq):   # each module's next build sets its cost
-        if not request.timing:
+        if not (request.timing or request.urgent):
             heads.setdefault(request.group, request.cost)
 
     def key(request: Request) -> tuple:
         if request.timing:
             return (0, 0.0, request.seq)
-        return (1, -heads[request.group], request.seq)
+        if request.urgent:
+            return (1, 0.0, request.seq)
+        return (2, -heads[request.group], request.seq)
 
     return sorted(waiting, key=key)
 
@@ -237,6 +248,11 @@ class Schedule:
         if self.ring in self.pool.listeners:
             self.pool.listeners.remove(self.ring)
 
+    def queued(self) -> list[Request]:
+        """The requests waiting for an actor now."""
+        with self._lock:
+            return list(self._queue)
+
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
@@ -289,24 +305,19 @@ class Schedule:
             self._bell_ref = self._bell.wait.remote()
 
     def _dispatch(self) -> None:
-        if not self._queue:
-            return
-        forge = any(self.pool.demand.values())   # the kernel forge's tasks go before builds, not timing calls
         idle = [s for s in self.pool.idle() if s.dispatchable()]
-        waiting = [r for r in self._queue if (r.hold is None or r.hold()) and (r.timing or not forge)]
-        while idle and waiting:
-            placed = False
-            for request in in_order(waiting):
+        while idle and self._queue:
+            for request in in_order(self._queue):
+                if request.hold is not None and not request.hold():
+                    continue
                 slot = self._pick(request, idle)
                 if slot is None:
                     continue
                 idle.remove(slot)
-                waiting.remove(request)
                 self._queue.remove(request)
                 self._start(request, slot)
-                placed = True
                 break
-            if not placed:
+            else:
                 return
 
     def _pick(self, request: Request, idle: list[Slot]) -> Slot | None:
@@ -325,7 +336,9 @@ class Schedule:
             slot.busy = True
         else:
             request.task = self.runner.start(slot, request.method, request.args, request.limit_s, payload=request,
-                                             name=request.name, keep_slot=request.keep_slot)
+                                             name=request.name, keep_slot=request.keep_slot,
+                                             from_dispatch=request.from_dispatch,
+                                             failure_on_timeout=request.failure_on_timeout)
         request.started.set()
         if request.on_start is not None:
             try:

@@ -1,6 +1,6 @@
 """The one task runner: actor calls in flight, their timeouts, and what became of each.
 
-Builds (ray_executor), the kernel forge's tasks (forge_tasks) and single calls (the eager baseline, the
+Builds, the kernel forge's tasks and single calls (the eager baseline, the
 re-measure) all run through a TaskRunner: the caller picks a slot and starts a call; wait() returns the
 tasks that ended, each with its output, or its failure (failures.classify: the worker died, ran out of
 memory, or the call raised), or marked timed out. A task whose worker is gone, or that ran past its
