@@ -145,6 +145,17 @@ def test_a_later_check_is_judged_against_the_decisions_interval(checked, checked
     assert "1.6x [1.5, 1.7]" in found["text"]           # beside the decision's own figure
 
 
+def test_a_decision_timed_in_a_ray_actor_and_a_check_in_the_serving_process_are_two_contexts():
+    in_actor = ServingContext(2, "actor").describe("cpu")
+    assert in_actor == "cpu with 2 torch threads in a Ray actor"
+    assert ServingContext(2, "driver").describe("cpu") == ServingContext(2, "actor").describe("cpu", process=False)
+    checked = {"median": 187.6, "low": 150.0, "high": 210.0}
+    found = agreement(DECIDED, checked, in_actor, ServingContext(2, "driver").describe("cpu"))
+    assert found["verdict"] == CONTEXT_MISMATCH and "another process than the one that serves" in found["text"]
+    # the same process kind and threads: what moved is the host
+    assert agreement(DECIDED, checked, in_actor, in_actor)["verdict"] == HOST_UNFIT
+
+
 def test_eager_spread_against_itself_makes_the_host_unfit():
     rounds = 40
     eager = {8: [1.0 + 0.01 * (i % 3) for i in range(rounds)]}
@@ -181,6 +192,6 @@ def test_a_ray_actors_sessions_run_in_the_users_thread_count(tmp_path):
             report = tune_modules([module], device="cpu", executor=executor, serving_threads=2).modules[0]
         in_actor = [line.split() for line in spy.read_text().splitlines() if line.split()[0] != str(os.getpid())]
         assert in_actor and {threads for _, threads in in_actor} == {"2"}   # the actor itself has 1
-        assert report.measured_in == "cpu with 2 torch threads"
+        assert report.measured_in == "cpu with 2 torch threads in a Ray actor"   # where it was timed
     finally:
         ray.shutdown()

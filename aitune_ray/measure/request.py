@@ -48,6 +48,10 @@ DEFAULT_ROUNDS = {"baseline": 0, "profile": 0, "screen": 8, "confirm": 60, "depl
 _process_kind = "driver"
 
 
+#: How a context names a process other than the driver (the user's own, which serves).
+PROCESS_WORDS = {"actor": "in a Ray actor", "child": "in a build process"}
+
+
 def set_process_kind(kind: str) -> None:
     global _process_kind
     _process_kind = kind
@@ -71,12 +75,14 @@ class ServingContext:
         """The context of the calling process as it is now: the default serving context of tune()."""
         return cls(torch.get_num_threads(), process_kind())
 
-    def describe(self, device) -> str:
-        """'cpu with 2 torch threads' (the device type, then the thread count where one is set)."""
+    def describe(self, device, process: bool = True) -> str:
+        """'cpu with 2 torch threads' (the device type, then the thread count where one is set), then the
+        process where it is not the one that called tune() ('in a Ray actor'), unless process is False."""
         kind = torch.device(device).type if device is not None else "?"
-        if not self.torch_threads:
-            return kind
-        return f"{kind} with {self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+        if self.torch_threads:
+            kind += f" with {self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+        where = PROCESS_WORDS.get(self.process, "")
+        return f"{kind} {where}" if process and where else kind
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

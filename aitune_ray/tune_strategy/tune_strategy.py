@@ -233,13 +233,14 @@ class TuneStrategy(ABC):
 
 
 def measured_in(session: Session, context: TuneContext) -> str:
-    """Where the session's figures hold ("cpu with 2 torch threads"), and, where that is not the serving
-    context asked for, that it is not."""
-    ran = ServingContext.from_dict(session.context).describe(session.device or context.device)
-    asked = context.serving.describe(context.device)
-    if context.serving.torch_threads and ran != asked:
-        return f"{ran}, NOT the serving context ({asked}): the figures may not hold where it is served"
-    return ran
+    """Where the session's figures hold ("cpu with 2 torch threads", "... in a Ray actor"), and, where its
+    device type or thread count is not the serving context's, that it is not."""
+    ran = ServingContext.from_dict(session.context)
+    device = session.device or context.device
+    asked = context.serving.describe(context.device, process=False)
+    if context.serving.torch_threads and ran.describe(device, process=False) != asked:
+        return f"{ran.describe(device)}, NOT the serving context ({asked}): the figures may not hold where it is served"
+    return ran.describe(device)
 
 
 def failures_text(results: list[BuildResult]) -> str:
