@@ -9,8 +9,10 @@ the job (`serving_threads`, default: this process's torch thread count): once in
 call mix with its interval, where it says the figures hold ("cpu with 2 torch threads") and what its as-loaded
 check said. Then a user's loop, in this process, in that same context (torch.set_num_threads, the calling
 thread): the inline run's checkpoint loaded into a fresh model with ait.load, and eager, each called over the
-job's data N times back to back (one pass: every recorded item once), read with a wall clock; eager and tuned
-alternate, --loops pairs, and the interval is that of the median paired ratio (the decision's statistic).
+job's data N times back to back (one pass: every recorded item once), one synchronize on a GPU, read with a
+wall clock; eager and tuned alternate, --loops pairs, and the interval is that of the median paired ratio (the
+decision's statistic). The job's `device: auto` tunes on the GPU where there is one; the loop runs where the
+job tuned (--device, default: cuda where there is one).
 
 The question: do the three intervals overlap (or does a run say the host was unfit and keep eager)?
 """
@@ -38,9 +40,22 @@ import yaml  # noqa: E402
 JOB = ROOT / "examples" / "mlp" / "job.yaml"
 
 
-def run_job(executor: str, threads: int, folder: Path) -> dict:
-    """One `aitune-ray tune` process on the README's job with serving_threads and outputs in folder."""
+def job_of(width: int | None, blocks: int | None, batch_sizes: str | None = None) -> dict:
+    """The README's job, its model (and data) made wider or deeper, its batch sizes others ("64,256"), where
+    asked."""
     job = yaml.safe_load(JOB.read_text())
+    if batch_sizes:
+        job["data_args"]["batch_sizes"] = [int(b) for b in batch_sizes.split(",")]
+    if width:
+        job["model_args"]["width"] = job["data_args"]["width"] = width
+    if blocks:
+        job["model_args"]["blocks"] = blocks
+    return job
+
+
+def run_job(executor: str, threads: int, folder: Path, job: dict) -> dict:
+    """One `aitune-ray tune` process on job with serving_threads and outputs in folder."""
+    job = dict(job)
     job.update(serving_threads=threads, output=str(folder / f"{executor}.ait"), report=str(folder / f"{executor}.md"))
     path = folder / f"{executor}.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -65,26 +80,29 @@ def run_job(executor: str, threads: int, folder: Path) -> dict:
     return out
 
 
-def user_loop(checkpoint: str, threads: int, calls: int, loops: int) -> dict:
-    """Eager and the loaded checkpoint, each called over the job's data `calls` times back to back, read with a
-    wall clock on this thread with `threads` torch threads; `loops` alternating pairs."""
+def user_loop(checkpoint: str, threads: int, calls: int, loops: int, device: str, job: dict) -> dict:
+    """Eager and the loaded checkpoint on device, each called over the job's data `calls` times back to back,
+    one synchronize, read with a wall clock on this thread with `threads` torch threads; `loops` alternating
+    pairs."""
     import aitune_ray as ait
     from aitune_ray.measure.statistics import paired_interval
     from examples.mlp.model import make_data, make_model
 
-    job = yaml.safe_load(JOB.read_text())
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        data = make_data(**job["data_args"])
-        eager = make_model(**job["model_args"]).eval()
-        tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval(), "mlp"), checkpoint)
+        data = [x.to(device) for x in make_data(**job["data_args"])]
+        eager = make_model(**job["model_args"]).eval().to(device)
+        tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval().to(device), "mlp"), checkpoint)
+        sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
         def loop(model) -> float:
+            sync()
             started = time.perf_counter()
             for _ in range(calls):
                 for x in data:
                     model(x)
+            sync()
             return (time.perf_counter() - started) * 1e3 / calls
 
         with torch.no_grad():
@@ -97,7 +115,7 @@ def user_loop(checkpoint: str, threads: int, calls: int, loops: int) -> dict:
                 for name in order:
                     times[name].append(loop(eager if name == "eager" else tuned))
         span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
-        return {"threads": torch.get_num_threads(), "calls": calls, "loops": loops,
+        return {"threads": torch.get_num_threads(), "calls": calls, "loops": loops, "device": device,
                 "backend": tuned.backend.name if tuned.backend is not None else "eager",
                 "interval": {"median": span.median, "low": span.low, "high": span.high}}
     finally:
@@ -120,17 +138,24 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="passes over the data per loop timing")
     parser.add_argument("--loops", type=int, default=30, help="alternating eager / tuned loop pairs")
     parser.add_argument("--executors", default="inline,ray")
+    parser.add_argument("--width", type=int, help="the MLP's width (the job's: 64)")
+    parser.add_argument("--blocks", type=int, help="the MLP's blocks (the job's: 4)")
+    parser.add_argument("--batch-sizes", help="the recorded batch sizes, e.g. 64,256 (the job's: 4,16)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the job tunes (its device: auto) and the user's loop runs")
     parser.add_argument("--out", help="write the table here (and its JSON record beside it)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="figures-agree-"))
-    runs = [run_job(executor, args.threads, folder) for executor in args.executors.split(",")]
+    job = job_of(args.width, args.blocks, args.batch_sizes)
+    runs = [run_job(executor, args.threads, folder, job) for executor in args.executors.split(",")]
     loaded = next((r["checkpoint"] for r in runs if r.get("chosen") not in (None, "eager") and r["exit"] == 0), None)
-    loop = user_loop(loaded, args.threads, args.calls, args.loops) if loaded else None
+    loop = user_loop(loaded, args.threads, args.calls, args.loops, args.device, job) if loaded else None
     kept = [r for r in runs if r.get("chosen") == "eager"]
     intervals = [r.get("interval") for r in runs if r.get("interval")] + ([loop["interval"]] if loop else [])
     agree = all(overlap(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:]) if intervals else None
-    lines = [f"The README's main job (examples/mlp/job.yaml), serving context: cpu with {args.threads} torch "
-             f"thread(s)", "",
+    kind = torch.device(args.device).type
+    lines = [f"The README's main job (examples/mlp/job.yaml, model {job['model_args']}), serving context: {kind} "
+             f"with {args.threads} torch thread(s)", "",
              "| where | chosen | speedup over the mix [95% interval] | measured in | as loaded | wall s |",
              "|---|---|---|---|---|---|"]
     for r in runs:
@@ -139,7 +164,7 @@ def main() -> None:
                      f"{text_of(r.get('interval'))} | {r.get('measured_in', '')} | {loaded_check} | {r['wall_s']} |")
     if loop:
         lines.append(f"| user's loop ({loop['calls']} passes x {loop['loops']} pairs, {loop['threads']} threads) | "
-                     f"{loop['backend']} | {text_of(loop['interval'])} | cpu with {loop['threads']} torch threads | "
+                     f"{loop['backend']} | {text_of(loop['interval'])} | {kind} with {loop['threads']} torch threads | "
                      f"- | - |")
     verdict = ("every interval overlaps the others" if agree else
                "the intervals do NOT all overlap" if agree is False else "nothing to compare")
@@ -148,7 +173,7 @@ def main() -> None:
     lines += ["", f"Answer: {verdict}."]
     for r in runs:   # the record names no folder of this machine
         r["checkpoint"] = Path(r["checkpoint"]).name
-    publish("\n".join(lines), args.out, {"threads": args.threads, "runs": runs, "user_loop": loop,
+    publish("\n".join(lines), args.out, {"threads": args.threads, "device": kind, "model_args": job["model_args"], "runs": runs, "user_loop": loop,
                                          "overlap": agree}, "figures_agree")
 
 

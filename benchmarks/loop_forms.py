@@ -1,0 +1,99 @@
+"""Does the way I call the tuned model move the speedup I see? The README's main job tuned inline once, then
+its checkpoint against eager in several forms of a user's loop, side by side in one process.
+
+    python benchmarks/loop_forms.py --width 1024 --blocks 8 --out OUT/forms.md
+
+Forms, each N passes back to back, one synchronize on a GPU, a wall clock, eager and tuned alternating in
+pairs (the interval: the median paired ratio's, as the decision's):
+- mixed: every recorded item in the order recorded (batch sizes interleaved), the tuned model called
+  through its aitune_ray.Module (as a user serves it);
+- bs N: only the items of one batch size (how the confirm session times: one size at a time);
+- mixed, backend only: as mixed, but the tuned backend called directly (no wrapper): what the wrapper's own
+  call costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+from figures_agree import job_of, run_job, text_of  # noqa: E402
+from results_table import publish  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def paired(eager, tuned, items: list, calls: int, loops: int, sync) -> dict:
+    from aitune_ray.measure.statistics import paired_interval
+
+    def loop(model) -> float:
+        sync()
+        started = time.perf_counter()
+        for _ in range(calls):
+            for x in items:
+                model(x)
+        sync()
+        return (time.perf_counter() - started) * 1e3 / calls
+
+    for model in (eager, tuned):
+        for _ in range(3):
+            loop(model)
+    times = {"eager": [], "tuned": []}
+    for i in range(loops):
+        for name in (("eager", "tuned") if i % 2 == 0 else ("tuned", "eager")):
+            times[name].append(loop(eager if name == "eager" else tuned))
+    span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
+    return {"median": span.median, "low": span.low, "high": span.high,
+            "eager_ms_per_pass": sorted(times["eager"])[len(times["eager"]) // 2]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--width", type=int)
+    parser.add_argument("--blocks", type=int)
+    parser.add_argument("--batch-sizes", help="the recorded batch sizes, e.g. 64,256 (the job's: 4,16)")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--loops", type=int, default=30)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    import aitune_ray as ait
+    from examples.mlp.model import make_data, make_model
+
+    job = job_of(args.width, args.blocks, args.batch_sizes)
+    run = run_job("inline", torch.get_num_threads(), Path(tempfile.mkdtemp(prefix="loop-forms-")), job)
+    if run.get("chosen") in (None, "eager"):
+        publish(f"The job kept eager or failed ({run.get('decision') or run.get('error', '')[:300]}): nothing to "
+                "compare.", args.out, {"run": run}, "loop_forms")
+        return
+    device = torch.device(args.device)
+    data = [x.to(device) for x in make_data(**job["data_args"])]
+    eager = make_model(**job["model_args"]).eval().to(device)
+    tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval().to(device), "mlp"), run["checkpoint"])
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    forms = {}
+    with torch.no_grad():
+        forms["mixed (as served)"] = paired(eager, tuned, data, args.calls, args.loops, sync)
+        for bs in sorted({x.shape[0] for x in data}):
+            forms[f"bs {bs} only"] = paired(eager, tuned, [x for x in data if x.shape[0] == bs], args.calls,
+                                            args.loops, sync)
+        with tuned.unpatched():   # the module's own forward in place, as the wrapper puts it for each call
+            forms["mixed, backend only"] = paired(eager, tuned.backend.infer, data, args.calls, args.loops, sync)
+    lines = [f"The README's main job (model {job['model_args']}) tuned inline: {run['chosen']}, decision "
+             f"{text_of(run.get('interval'))} over the recorded mix; {device.type} with {torch.get_num_threads()} "
+             "torch threads", "", "| loop form | speedup [95% interval] | eager ms per pass |", "|---|---|---|"]
+    lines += [f"| {name} | {text_of(i)} | {i['eager_ms_per_pass']:.3f} |" for name, i in forms.items()]
+    run["checkpoint"] = Path(run["checkpoint"]).name
+    publish("\n".join(lines), args.out, {"run": run, "forms": forms, "device": device.type,
+                                         "model_args": job["model_args"]}, "loop_forms")
+
+
+if __name__ == "__main__":
+    main()
