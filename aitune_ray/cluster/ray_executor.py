@@ -37,8 +37,7 @@ import torch
 
 import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
-from aitune_ray.cluster import boxes
-from aitune_ray.cluster.boxes import Boxes
+from aitune_ray.cluster.boxes import Boxes, intent as device_kind
 from aitune_ray.cluster.driver_gpu import DriverGpu
 from aitune_ray.cluster.handle import RayRunHandle
 from aitune_ray.cluster.pool import ActorPool
@@ -164,6 +163,7 @@ class RayExecutor(Executor):
         self.session.close()
 
     def resolve_device(self, device) -> torch.device:
+        """cpu or cuda, judged by the cluster's GPUs rather than this machine's (DriverGpu.resolve_device)."""
         return self.driver_gpu.resolve_device(device)
 
     def actors_share_gpus(self) -> bool:
@@ -174,7 +174,7 @@ class RayExecutor(Executor):
     @staticmethod
     def intent(context: TuneContext) -> str:
         """The device kind the actors use for context: cuda or cpu."""
-        return boxes.intent(context)
+        return device_kind(context)
 
     def put(self, value):
         """value in Ray's object store (once Ray is up)."""
