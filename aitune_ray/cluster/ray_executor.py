@@ -122,7 +122,7 @@ class RayExecutor(Executor):
         self._handles: weakref.WeakSet = weakref.WeakSet()   # the run handles of this job (stop_all stops them)
 
     # ----- the options, and what the parts hold ---------------------------------------------------
-    address = _of("options", "address", "The Ray cluster's address given (None: RAY_ADDRESS, a running Ray or a new one).")
+    address = _of("options", "address", "The Ray cluster given (None: RAY_ADDRESS, a running Ray or a new one).")
     cpus_per_actor = _of("options", "cpus_per_actor", "The CPUs Ray reserves for each actor.")
     max_actors = _of("options", "max_actors", "The most actors the pool has (None: one per GPU share).")
     max_actor_restarts = _of("options", "max_actor_restarts", "Replacements after failures, per actor slot.")
