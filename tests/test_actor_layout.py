@@ -95,36 +95,36 @@ def _local_executor(monkeypatch, gpus=1, **kwargs) -> RayExecutor:
     monkeypatch.setattr(layout, "local_cpus", lambda: 16 * gpus)
     executor = RayExecutor(**kwargs)
     executor.open()
-    assert executor._local and executor._local_gpus == gpus
+    assert executor.session.local and executor.session.local_gpus == gpus
     return executor
 
 
 def test_the_first_batch_on_a_ray_started_here_sets_the_layout_and_a_later_one_does_not(monkeypatch, tmp_path):
     executor = _local_executor(monkeypatch, gpus=2)
     assert executor.gpus_per_actor == 1.0 and executor.layout is None
-    executor._choose_layout(_context(tmp_path), _jobs(4))
+    executor.session.choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 2 and executor.gpus_per_actor == 0.5
-    assert executor._pool_shape(2.0, 32.0) == (4, 0.5) and executor.actors_share_gpus()
-    executor._choose_layout(_context(tmp_path), _jobs(1))      # a second module's batch changes nothing
-    executor._close_layout("the pool is made")
+    assert executor.session.pool_shape(2.0, 32.0) == (4, 0.5) and executor.actors_share_gpus()
+    executor.session.choose_layout(_context(tmp_path), _jobs(1))      # a second module's batch changes nothing
+    executor.session.close_layout("the pool is made")
     assert executor.gpus_per_actor == 0.5 and executor.layout.actors_per_gpu == 2
 
 
 def test_on_one_gpu_the_first_batch_gets_one_actor_which_takes_turns_with_the_driver(monkeypatch, tmp_path):
     executor = _local_executor(monkeypatch)
-    executor._choose_layout(_context(tmp_path), _jobs(4))
+    executor.session.choose_layout(_context(tmp_path), _jobs(4))
     assert executor.layout.actors_per_gpu == 1 and executor.gpus_per_actor == 1.0
-    assert executor._pool_shape(1.0, 16.0) == (1, 1.0)
-    assert executor._on_one_gpu() and executor.actors_share_gpus()   # the driver times eager there, taking its turn
+    assert executor.session.pool_shape(1.0, 16.0) == (1, 1.0)
+    assert executor.session.on_one_gpu() and executor.actors_share_gpus()   # the driver times eager there, taking its turn
 
 
 def test_a_pool_made_before_any_batch_came_has_one_actor_per_gpu_and_says_why(monkeypatch, tmp_path):
     executor = _local_executor(monkeypatch)
-    executor._close_layout("no batch had come when Ray was up")
-    executor._choose_layout(_context(tmp_path), _jobs(4))
+    executor.session.close_layout("no batch had come when Ray was up")
+    executor.session.choose_layout(_context(tmp_path), _jobs(4))
     assert executor.gpus_per_actor == 1.0
     assert executor.layout.actors_per_gpu == 1 and executor.layout.reason == "no batch had come when Ray was up"
-    assert executor._pool_shape(1.0, 16.0) == (1, 1.0)
+    assert executor.session.pool_shape(1.0, 16.0) == (1, 1.0)
 
 
 @pytest.mark.parametrize("kwargs, local, device", [
@@ -136,8 +136,8 @@ def test_a_pool_made_before_any_batch_came_has_one_actor_per_gpu_and_says_why(mo
 def test_the_executor_picks_only_on_a_ray_it_started_for_a_cuda_job_left_to_it(monkeypatch, tmp_path, kwargs, local,
                                                                                device):
     executor = _local_executor(monkeypatch, **kwargs)
-    executor._local = local
-    executor._choose_layout(_context(tmp_path, device), _jobs(4))
+    executor.session.local = local
+    executor.session.choose_layout(_context(tmp_path, device), _jobs(4))
     assert executor.gpus_per_actor == 1.0
     assert executor.layout is None or executor.layout.actors_per_gpu == 1
 
@@ -148,10 +148,10 @@ def test_the_model_and_its_samples_are_what_the_memory_rule_weighs(monkeypatch, 
     monkeypatch.setattr(layout, "choose", lambda **facts: seen.update(facts) or real(**facts))
     executor = _local_executor(monkeypatch, gpus=2)
     context = _context(tmp_path)
-    executor._choose_layout(context, _jobs(3))
+    executor.session.choose_layout(context, _jobs(3))
     weights = (64 * 64 + 64) * 4
     assert seen == {"job_bytes": weights + 2 * 4 * 64 * 4, "gpu_bytes": H200, "gpus": 2, "cpus": 32, "builds": 3}
-    assert executor.layout.actors_per_gpu == 2 and executor._pool_shape(2.0, 32.0) == (4, 0.5)
+    assert executor.layout.actors_per_gpu == 2 and executor.session.pool_shape(2.0, 32.0) == (4, 0.5)
 
 
 @pytest.mark.parametrize("size, share, shares, first", [

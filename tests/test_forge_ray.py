@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import KernelSelectorBackend, KernelSelectorBackendConfig, TorchEagerBackend  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
+from aitune_ray.cluster.driver_gpu import DriverGpu  # noqa: E402
 from aitune_ray.cluster.forge import Cancelled, RayForgeRunner, RayKernelOptimizer  # noqa: E402
 from aitune_ray.kernel_forge import (KernelOptimizer, ProviderBenchmark, SageAttentionKernelProvider,  # noqa: E402
                                      TorchSDPAKernelProvider)
@@ -229,10 +230,10 @@ def test_kernel_selector_plans_on_the_driver_while_plain_builds_run_then_builds_
 
 def test_with_a_kernel_plan_pending_the_baseline_slot_is_kept_so_one_gpu_times_eager_on_the_driver(executor,
                                                                                                      monkeypatch):
-    """On one local GPU the driver times eager while the actor starts (RayExecutor._driver_times, which needs
+    """On one local GPU the driver times eager while the actor starts (DriverGpu.times, which needs
     CUDA: granted here), once submit_early() kept the actor for the baseline. A batch with a kernel plan
     pending keeps that actor too, so its eager baseline is also timed on the driver."""
-    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)
+    monkeypatch.setattr(DriverGpu, "times", lambda self, context: True)
     events = []
     executor.progress = events.append
     config = KernelSelectorBackendConfig(kernel_providers=[TestGeluProvider("cached")], measure=FAST.to_dict(),

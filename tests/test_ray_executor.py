@@ -16,6 +16,8 @@ ray = pytest.importorskip("ray")
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig  # noqa: E402
 from aitune_ray.cluster import InlineExecutor, RayExecutor, TuneContext  # noqa: E402
+from aitune_ray.cluster.driver_gpu import DriverGpu  # noqa: E402
+from aitune_ray.cluster.session import RaySession  # noqa: E402
 from aitune_ray.records import artifacts  # noqa: E402
 from aitune_ray.errors import ConfigError  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
@@ -461,11 +463,11 @@ def test_on_a_ray_it_started_here_the_device_is_known_without_waiting_for_an_act
     asked, here = [], [False]
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 1.0, "CPU": 4.0})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(executor, "_actors_have_cuda", lambda: asked.append(True) or True)
-    monkeypatch.setattr(executor, "_driver_has_the_gpu", lambda: here[0])
-    executor._local = True
+    monkeypatch.setattr(executor.driver_gpu, "actors_have_cuda", lambda: asked.append(True) or True)
+    monkeypatch.setattr(executor.session, "driver_has_the_gpu", lambda: here[0])
+    executor.session.local = True
     assert executor.resolve_device(None) == torch.device("cuda") and asked == []
-    executor._local = False
+    executor.session.local = False
     assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]
     here[0] = True
     assert executor.resolve_device(None) == torch.device("cuda") and asked == [True]
@@ -474,19 +476,19 @@ def test_on_a_ray_it_started_here_the_device_is_known_without_waiting_for_an_act
 @pytest.mark.parametrize("actors, share, expected", [(1, 1, True), (2, 0.5, True), (2, 1, False), (4, 0.5, False),
                                                      (1, 0, False)])
 def test_the_driver_knows_when_every_actor_is_on_one_gpu(monkeypatch, actors, share, expected):
-    """On one GPU the driver times eager itself (RayExecutor._driver_times), also when several actors share
+    """On one GPU the driver times eager itself (DriverGpu.times), also when several actors share
     that GPU: they take turns at it (aitune_ray.measure.turns)."""
     executor = RayExecutor(gpus_per_actor=share)
-    monkeypatch.setattr(executor, "_actors", lambda: actors)
-    assert executor._on_one_gpu() is expected
+    monkeypatch.setattr(executor.session, "actors", lambda: actors)
+    assert executor.session.on_one_gpu() is expected
     assert executor.actors_share_gpus() is (0 < share < 1)
     # On a cluster whose one GPU is this driver's, a pool of that many actors would be on it with the driver,
     # whose actors then take turns too (asked before the pool is made: the size decides, not the pool).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(executor, "_driver_has_the_gpu", lambda: True)
-    monkeypatch.setattr(executor, "_actors", lambda: 0)
-    assert executor._driver_uses_the_gpu(actors) is expected
-    executor._driver_turns = True
+    monkeypatch.setattr(executor.session, "driver_has_the_gpu", lambda: True)
+    monkeypatch.setattr(executor.session, "actors", lambda: 0)
+    assert executor.session.driver_uses_the_gpu(actors) is expected
+    executor.session.driver_turns = True
     assert executor.actors_share_gpus()
 
 
@@ -583,7 +585,7 @@ def _tune_while_the_driver_profiles(monkeypatch, tmp_path, wait_for, **executor_
             self.inner.cancel()
 
     monkeypatch.setattr(pool_module.Slot, "ready", lambda self: profiling.is_set() and ready(self))
-    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)   # as on one local GPU
+    monkeypatch.setattr(DriverGpu, "times", lambda self, context: True)   # as on one local GPU
     monkeypatch.setattr(KernelSelectorBackend, "planner",
                         classmethod(lambda cls, spec, runner: WaitingPlanner(planner(cls, spec, runner))))
     strategy = ait.MaxThroughputStrategy([selector, plain], measure_config=fast_measure)
@@ -632,7 +634,7 @@ def test_an_actor_on_the_drivers_one_gpu_takes_turns_and_builds_while_the_driver
     job's driver): the actor takes turns at it, as actors sharing a GPU do, so a plain job builds while the
     driver profiles for a kernel plan (the profile then holds a build's turn). Before, an actor with a GPU of
     its own took no turns, and every build waited for that profile."""
-    monkeypatch.setattr(RayExecutor, "_driver_uses_the_gpu", lambda self, size: True)
+    monkeypatch.setattr(RaySession, "driver_uses_the_gpu", lambda self, size: True)
     waited, stats, _, results = _tune_while_the_driver_profiles(monkeypatch, tmp_path, [],
                                                                 gpus_per_actor=1.0, max_actors=1)
     assert waited == [(True,)]   # the plain job's build began before the driver's profile ended
@@ -720,7 +722,7 @@ def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_
     from aitune_ray.model.samples import SampleStore
 
     executor = RayExecutor("127.0.0.1:1")
-    monkeypatch.setattr(executor, "_actors", lambda: 1)
+    monkeypatch.setattr(executor.session, "actors", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     context = TuneContext("m", torch.nn.Identity(), SampleStore([]), torch.device("cuda"), workdir=tmp_path)
     nodes = [{"NodeID": "head", "Alive": True, "Resources": {"GPU": here} if here else {}},
@@ -729,7 +731,7 @@ def test_a_driver_on_a_cluster_times_eager_itself_only_where_the_cluster_s_gpus_
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
     monkeypatch.setattr(ray, "get_runtime_context",
                         lambda: type("Context", (), {"get_node_id": staticmethod(lambda: "head")})())
-    assert executor._driver_has_the_gpu() is expected
-    assert executor._driver_times(context) is expected
-    executor._local = True
-    assert executor._driver_has_the_gpu() is True and executor._driver_times(context) is True
+    assert executor.session.driver_has_the_gpu() is expected
+    assert executor.driver_gpu.times(context) is expected
+    executor.session.local = True
+    assert executor.session.driver_has_the_gpu() is True and executor.driver_gpu.times(context) is True

@@ -14,6 +14,7 @@ ray = pytest.importorskip("ray")
 
 import aitune_ray as ait  # noqa: E402
 from aitune_ray.cluster import RayExecutor  # noqa: E402
+from aitune_ray.cluster.driver_gpu import DriverGpu  # noqa: E402
 from aitune_ray.errors import ClusterError  # noqa: E402
 from aitune_ray.measure.timing import MeasureConfig  # noqa: E402
 from tests.ray_helpers import FastBackend, HelperConfig, SlowNet  # noqa: E402
@@ -41,7 +42,7 @@ def held_init(monkeypatch):
 
 def _start_thread(executor: RayExecutor) -> threading.Thread:
     """The thread open() started Ray on (checked after close(): it must have ended)."""
-    return executor._starting._thread
+    return executor.session.starting._thread
 
 
 def test_open_returns_while_ray_starts_and_the_pool_waits_for_it(held_init):
@@ -122,11 +123,11 @@ def test_tune_records_before_ray_is_up(held_init):
 
 
 def test_eager_is_timed_on_the_driver_while_ray_is_still_starting(held_init, monkeypatch):
-    """On one local GPU (RayExecutor._driver_times, which needs CUDA: granted here) MaxThroughput's eager
+    """On one local GPU (DriverGpu.times, which needs CUDA: granted here) MaxThroughput's eager
     baseline is timed on the driver without waiting for Ray: here Ray cannot finish starting until that
     baseline is done (a baseline that waited for the actors would leave ray.init held, and the start fails)."""
     entered, go = held_init
-    monkeypatch.setattr(RayExecutor, "_driver_times", lambda self, context: True)
+    monkeypatch.setattr(DriverGpu, "times", lambda self, context: True)
     seen = []
 
     def progress(event):

@@ -8,8 +8,8 @@ Jobs whose backend needs a plan first (Backend.plan_key) wait for it: the driver
 a thread of its own (aitune_ray.cluster.forge.PlanRun); the other jobs build while the search runs. On actors
 with a GPU each they also wait for the profile; actors that share their GPU, with each other or with the
 driver, build during it (the profile holds a build's turn there, see aitune_ray.measure.turns). A task that
-times out, loses its worker or raises becomes that job's result. Talks to the executor through its public
-methods only.
+times out, loses its worker or raises becomes that job's result. Talks to the executor through what Host
+names only.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Iterator
+from typing import Any, Iterator, Protocol
 
 import ray
 
 import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import plan_key_of
-from aitune_ray.cluster.schedule import Request
+from aitune_ray.cluster.pool import ActorPool
+from aitune_ray.cluster.schedule import Request, Schedule
+from aitune_ray.cluster.tasks import Task
 from aitune_ray.errors import BuildError
 from aitune_ray.worker.seam import RunHandle, TuneContext
 from aitune_ray.records.failures import outcome, revive_exception
@@ -32,8 +34,36 @@ from aitune_ray.records.results import CANCELLED, ERROR, BuildResult, CandidateJ
 logger = logging.getLogger(__name__)
 
 
+class Host(Protocol):
+    """What a run handle uses of its executor (a RayExecutor), and what the handle's plans
+    (aitune_ray.cluster.forge.PlanRun, given the same executor) use of it."""
+
+    task_timeout_s: float   # a task running longer is timed out
+    schedule: Schedule      # the job's one schedule over the pool
+    pool: ActorPool | None  # the actor pool (None before it is made)
+
+    def open(self) -> None: ...
+
+    def put(self, value) -> Any: ...   # value in Ray's object store
+
+    def box(self, context: TuneContext) -> list: ...   # [module ref, samples ref]
+
+    def intent(self, context: TuneContext) -> str: ...   # cuda or cpu
+
+    def emit(self, context: TuneContext, event: str, **fields) -> dict: ...   # a progress event
+
+    def emit_job(self, context: TuneContext, job: CandidateJob, event: str, status: str = "running",
+                 where: dict | None = None, elapsed_s: float = 0.0, task: str = "build", **extra) -> None: ...
+
+    def driver(self) -> dict: ...   # where the driver's own work runs, for progress events
+
+    def task_done(self, context: TuneContext, task: Task, result: BuildResult) -> None: ...
+
+    def actors_share_gpus(self) -> bool: ...
+
+
 class RayRunHandle(RunHandle):
-    def __init__(self, executor, context: TuneContext, jobs: list[CandidateJob]):   # executor: a RayExecutor
+    def __init__(self, executor: Host, context: TuneContext, jobs: list[CandidateJob]):
         from aitune_ray.cluster.forge import PlanRun
 
         self._ex, self._ctx = executor, context

@@ -15,16 +15,21 @@ checkpoint can save but which cannot run inference.
 A job whose backend needs a plan before its build (Backend.plan_key: a KernelSelectorBackend without a
 finished kernel plan) first gets one from the driver, its tasks on these actors
 (aitune_ray.cluster.forge.PlanRun), while the batch's other jobs build; then it builds like the rest.
+
+The executor is made of parts with one job each, each given what it needs when it is made: a RaySession
+(aitune_ray.cluster.session: Ray, the pool, the schedule), a DriverGpu (aitune_ray.cluster.driver_gpu: the
+device to tune for and whether the driver times on its own GPU), Boxes (aitune_ray.cluster.boxes: the modules'
+refs in the object store), Restores (aitune_ray.cluster.restores: backends restored on the driver) and
+TimingCalls (aitune_ray.cluster.timing_calls: the baseline and confirm sessions in the schedule).
+RayExecutor holds them and delegates.
 """
 
 from __future__ import annotations
 
 import logging
 import platform
-import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Callable
 
 import ray
@@ -32,28 +37,32 @@ import torch
 
 import aitune_ray.records.artifacts as artifacts
 from aitune_ray.backend.backend import Backend
-from aitune_ray.cluster.detached import DetachedBackend
+from aitune_ray.cluster.boxes import Boxes, intent as device_kind
 from aitune_ray.cluster.driver_gpu import DriverGpu
 from aitune_ray.cluster.handle import RayRunHandle
-from aitune_ray.cluster.layout import Layout
 from aitune_ray.cluster.pool import ActorPool
-from aitune_ray.cluster.schedule import Request, Schedule
-from aitune_ray.cluster.session import RaySession, check_reachable, cpu_module, tensors_of_sample
-from aitune_ray.decision.session import CONFIRM_ROUNDS
-from aitune_ray.cluster.starting import Background
+from aitune_ray.cluster.restores import Restores
+from aitune_ray.cluster.session import RaySession, SessionOptions, check_reachable
 from aitune_ray.cluster.tasks import Task
 from aitune_ray.cluster.timing_calls import TimingCalls
+from aitune_ray.decision.session import CONFIRM_ROUNDS, Session
 from aitune_ray.errors import ConfigError
-from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
+from aitune_ray.measure.timing import Timing
 from aitune_ray.records.results import CRASHED, OOM, TIMED_OUT, BuildResult, CandidateJob
 from aitune_ray.runtime.warm_up import WARM_UP_MODES
+from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
 
 __all__ = ["RayExecutor", "check_reachable"]
 
 logger = logging.getLogger(__name__)
 
 
-class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
+def _of(part: str, name: str, doc: str) -> property:
+    """A read-only attribute of the executor that one of its parts holds."""
+    return property(lambda self: getattr(getattr(self, part), name), doc=doc)
+
+
+class RayExecutor(Executor):
     """Runs candidate jobs on a pool of Ray actors, one per GPU, through one schedule for every module of
     the job (aitune_ray.cluster.schedule): modules are tuned at once.
 
@@ -99,86 +108,87 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         if warm_up not in WARM_UP_MODES:
             raise ConfigError(f"warm_up must be one of {', '.join(WARM_UP_MODES)}, got {warm_up!r}")
         artifacts.check_artifact_dir(artifact_dir)
-        self.address = address
-        self.gpus_per_actor = 1.0 if gpus_per_actor is None else gpus_per_actor   # the layout in use
-        self.cpus_per_actor, self.max_actors = cpus_per_actor, max_actors
-        self.layout: Layout | None = None   # the executor's own choice (gpus_per_actor=None), once made
-        self._layout_open = gpus_per_actor is None   # the choice may still follow the first batch
-        self._layout_lock = threading.Lock()
-        self.task_timeout_s, self.max_actor_restarts = task_timeout_s, max_actor_restarts
-        self.artifact_dir, self.inline_artifact_limit_mb = artifact_dir, inline_artifact_limit_mb
-        self.log_dir, self.progress, self.remeasure_rounds = log_dir, progress, remeasure_rounds
-        self._restores: dict[tuple[str, str], Backend] = {}   # finalists restored here by a confirm session
-        self.warm_up = warm_up
-        self.gpu_kind = gpu_kind or None
-        self._pool: ActorPool | None = None
-        self._starting: Background | None = None   # a local Ray's start, under way on its own thread
-        self._local_gpus = 0                       # the GPUs a local Ray was started with
-        self._driver_turns = False                 # this driver uses the pool's one GPU: its actors take turns
-        self.open_s: float | None = None       # seconds open() took to start or join Ray and create the actors
-        self.started_lean: bool | None = None   # a Ray started here: without its API server (lean_start)
-        self.shutdown_s: float | None = None   # seconds the last close() spent in ray.shutdown()
-        self.puts = 0                   # ray.put calls made for modules and samples
-        self.put_s = 0.0                # seconds those took
-        self._own_ray = False
-        self._local = False             # this executor started Ray on this machine
-        self._boxes: dict[str, tuple] = {}
-        self._baselines: dict[str, Request] = {}   # module name -> its eager baseline, queued by submit_early
-        self._schedule: Schedule | None = None     # the job's one schedule over the pool
+        self.progress = progress
+        self.options = SessionOptions(address=address, gpus_per_actor=gpus_per_actor, cpus_per_actor=cpus_per_actor,
+                                      max_actors=max_actors, max_actor_restarts=max_actor_restarts,
+                                      artifact_dir=artifact_dir, inline_artifact_limit_mb=inline_artifact_limit_mb,
+                                      log_dir=log_dir, warm_up=warm_up, gpu_kind=gpu_kind or None)
+        self.session = RaySession(self.options)
+        self.driver_gpu = DriverGpu(self.session)
+        self.boxes = Boxes(self.session.wait_started)
+        self.restores = Restores()
+        self.timing = TimingCalls(self.session, self.driver_gpu, self.boxes, self.restores, self.emit,
+                                  task_timeout_s=task_timeout_s, remeasure_rounds=remeasure_rounds)
         self._handles: weakref.WeakSet = weakref.WeakSet()   # the run handles of this job (stop_all stops them)
-        self._own_log_dir: str | None = None   # the log folder open() made (removed at close when nothing failed)
-        self._reaper = None                    # ends the local Ray started here should this process die
-        self._failed = False                   # a worker crashed, hung or ran out of memory: logs are kept
+
+    # ----- the options, and what the parts hold ---------------------------------------------------
+    address = _of("options", "address", "The Ray cluster given (None: RAY_ADDRESS, a running Ray or a new one).")
+    cpus_per_actor = _of("options", "cpus_per_actor", "The CPUs Ray reserves for each actor.")
+    max_actors = _of("options", "max_actors", "The most actors the pool has (None: one per GPU share).")
+    max_actor_restarts = _of("options", "max_actor_restarts", "Replacements after failures, per actor slot.")
+    artifact_dir = _of("options", "artifact_dir", "Where large artifacts travel through (None: the object store).")
+    inline_artifact_limit_mb = _of("options", "inline_artifact_limit_mb", "Artifacts up to this travel inline.")
+    log_dir = _of("options", "log_dir", "The actors' log folder given (None: a temporary one).")
+    warm_up = _of("options", "warm_up", "What each GPU actor does as it starts.")
+    gpu_kind = _of("options", "gpu_kind", "The GPU kind to tune for (None: any node).")
+    task_timeout_s = _of("timing", "task_timeout_s", "A task running longer is timed out and its actor replaced.")
+    remeasure_rounds = _of("timing", "remeasure_rounds", "Paired rounds per batch size of the confirm session.")
+    gpus_per_actor = _of("session", "gpus_per_actor", "The GPUs of each actor in use (the layout's, once chosen).")
+    layout = _of("session", "layout", "The executor's own choice of actors per GPU (gpus_per_actor=None), once made.")
+    schedule = _of("session", "schedule", "The job's one schedule over the actor pool (opens the executor).")
+    open_s = _of("session", "open_s", "Seconds open() took to start or join Ray and create the actors.")
+    started_lean = _of("session", "started_lean", "A Ray started here: without its API server (lean_start).")
+    shutdown_s = _of("session", "shutdown_s", "Seconds the last close() spent in ray.shutdown().")
+    puts = _of("boxes", "puts", "ray.put calls made for modules and samples.")
+    put_s = _of("boxes", "put_s", "Seconds those ray.put calls took.")
+
+    @property
+    def pool(self) -> ActorPool | None:
+        """The actor pool, once open() made it (waiting for a start still under way)."""
+        return self.session.pool
+
+    @pool.setter
+    def pool(self, value) -> None:
+        self.session.pool = value
 
     # ----- lifecycle ----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect to Ray, or start it on this machine (on a thread of its own), and create the tuner actors
+        (RaySession.open)."""
+        self.session.open()
 
+    def close(self) -> None:
+        self.boxes.clear()
+        self.timing.clear()
+        self.session.close()
 
+    def resolve_device(self, device) -> torch.device:
+        """cpu or cuda, judged by the cluster's GPUs rather than this machine's (DriverGpu.resolve_device)."""
+        return self.driver_gpu.resolve_device(device)
 
-
-
-
-
-
-
-
-
-
-
-
+    def actors_share_gpus(self) -> bool:
+        """Whether the actors share their GPUs, with each other or with this driver (RaySession.actors_share_gpus)."""
+        return self.session.actors_share_gpus()
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
     def intent(context: TuneContext) -> str:
         """The device kind the actors use for context: cuda or cpu."""
-        return "cuda" if torch.device(context.device).type == "cuda" else "cpu"
+        return device_kind(context)
 
     def put(self, value):
         """value in Ray's object store (once Ray is up)."""
-        self._wait_started()   # ray.put before a local Ray is up would start a second one
-        self.puts += 1
-        started = time.perf_counter()
-        try:
-            return ray.put(value)
-        finally:
-            self.put_s += time.perf_counter() - started
+        return self.boxes.put(value)
 
     def box(self, context: TuneContext) -> list:
         """[module ref, samples ref]: put once per module; actors cache what they fetched by these refs."""
-        entry = self._boxes.get(context.name)
-        if entry is not None and entry[0] is context.module and entry[1] is context.samples:
-            return entry[2]
-        samples = context.samples
-        if any(t.device.type != "cpu" for s in samples for t in tensors_of_sample(s)):
-            samples = samples.to("cpu")
-        box = [self.put(cpu_module(context.module)), self.put(samples)]
-        self._boxes[context.name] = (context.module, context.samples, box)
-        return box
-
+        return self.boxes.box(context)
 
     def emit_job(self, context: TuneContext, job: CandidateJob, event: str, status: str = "running",
                  where: dict | None = None, elapsed_s: float = 0.0, task: str = "build", **extra) -> None:
         """A progress event of one candidate job (see Executor.emit)."""
-        self._failed = self._failed or (event == "done" and status in (CRASHED, OOM, TIMED_OUT))
+        if event == "done" and status in (CRASHED, OOM, TIMED_OUT):
+            self.session.keep_logs()
         self.emit(context, event, task=task, job=job, status=status, where=where or {}, elapsed_s=elapsed_s, **extra)
 
     @staticmethod
@@ -197,19 +207,9 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
                       **timing)
 
     # ----- Executor -----------------------------------------------------------------------------
-
-
-
-
-
-
-
     def submit(self, context: TuneContext, jobs: list[CandidateJob]) -> RunHandle:
-        self.open()
-        self._choose_layout(context, jobs)
-        handle = RayRunHandle(self, context, jobs)
-        self._handles.add(handle)
-        if self._pool is not None:   # else its builds queue when iterated (a local Ray is still starting)
+        handle = self._handle(context, jobs)
+        if self.session.made:   # else its builds queue when iterated (a local Ray is still starting)
             handle.start()
         return handle
 
@@ -218,31 +218,26 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         idle actor while the others build. On one local GPU the driver times eager itself, with the one actor
         held idle meanwhile, so that nothing else runs on that GPU; while that actor (or Ray) is still
         starting, nothing can, and nothing waits for it."""
-        self.open()
-        self._choose_layout(context, jobs)
-        handle = RayRunHandle(self, context, jobs)
-        self._handles.add(handle)
-        on_driver = self._driver_times(context)
-        if self._pool is None and on_driver:   # Ray is still starting: eager is timed now, the builds follow
-            placeholder = Request("baseline", (), context.name, 0.0, on_driver=True, timing=True, state="placeholder")
-            placeholder.started.set()
-            self._baselines[context.name] = placeholder
-            return handle
-        request = self._baseline_request(context, on_driver)
-        self._baselines[context.name] = request
-        self.schedule.submit(request)
-        handle.start()
+        handle = self._handle(context, jobs)
+        if self.timing.queue_baseline(context):
+            handle.start()
         return handle
 
+    def _handle(self, context: TuneContext, jobs: list[CandidateJob]) -> RayRunHandle:
+        """A run handle for the module's batch (the executor opened, and its layout chosen for a first batch)."""
+        self.open()
+        self.session.choose_layout(context, jobs)
+        handle = RayRunHandle(self, context, jobs)
+        self._handles.add(handle)
+        return handle
 
-    def _restored(self, context: TuneContext, result: BuildResult) -> Backend:
-        """result's backend restored on this driver (once per module; materialize() hands out the same one)."""
-        key = (context.name, result.key)
-        if key not in self._restores:
-            self._restores[key] = self._restore(context, result)
-        backend = self._restores[key]
-        backend.activate()
-        return backend
+    def baseline(self, context: TuneContext) -> dict[int, Timing]:
+        """Eager timed on one actor, or on the driver (TimingCalls.baseline)."""
+        return self.timing.baseline(context)
+
+    def confirm(self, context: TuneContext, results: list[BuildResult]) -> Session:
+        """The confirm session of the finalists (TimingCalls.confirm)."""
+        return self.timing.confirm(context, results)
 
     def release(self, context: TuneContext, result: BuildResult) -> None:
         """Tell the actor that built result to drop it (queued behind whatever that actor runs now; the run
@@ -254,50 +249,18 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
             if (info.get("node"), info.get("gpu")) == (result.node, result.gpu):
                 slot.actor.release.remote(context.name, result.key)
 
-    def _outbound(self, context: TuneContext, result: BuildResult) -> dict:
-        """A result's artifacts as a worker can read them: files this driver wrote travel as bytes."""
-        workdir = Path(context.workdir).resolve()
-        sent = {}
-        for name, value in result.artifacts.items():
-            if isinstance(value, str) and not artifacts.is_url(value) and workdir in Path(value).resolve().parents:
-                sent[name] = Path(value).read_bytes()
-            else:
-                sent[name] = value
-        return sent
-
     def materialize(self, context: TuneContext, result: BuildResult) -> Backend:
         """The backend the confirm session timed on this driver, where it ran here; else restored now."""
-        held = self._restores.pop((context.name, result.key), None)
-        if held is not None:
-            held.activate()
-            return held
-        return self._restore(context, result)
-
-    def _restore(self, context: TuneContext, result: BuildResult) -> Backend:
-        where = Path(context.workdir) / "materialized" / result.key
-        files = artifacts.fetch(result.artifacts, where / "artifacts")
-        if result.device.startswith("cuda") and not torch.cuda.is_available():
-            logger.warning("[%s] %s ran on %s, and this driver has no CUDA GPU: it can be saved to a checkpoint "
-                           "but not called here", context.name, result.backend, result.gpu)
-            return DetachedBackend(result, files)
-        device = torch.device("cpu")
-        if result.device.startswith("cuda"):
-            device = context.device if torch.device(context.device).type == "cuda" else torch.device("cuda")
-        backend = Backend.from_spec(result.spec)
-        backend.restore(context.module, result.state, files, device, where)
-        backend.activate()
-        return backend
+        return self.restores.materialize(context, result)
 
     def stop_all(self, reason: str) -> None:
         for handle in list(self._handles):
             handle.stop()
-        if self._schedule is not None:
-            self._schedule.cancel_all(reason)
+        self.session.cancel_all(reason)
 
     def discard(self, context: TuneContext) -> None:
-        self._boxes.pop(context.name, None)
-        for key in [k for k in self._restores if k[0] == context.name]:
-            self._restores.pop(key).deactivate()
+        self.boxes.drop(context.name)
+        self.restores.drop(context.name)
         if self.pool is not None:
             for slot in self.pool.alive():
                 slot.actor.discard.remote(context.name)
@@ -307,5 +270,3 @@ class RayExecutor(RaySession, DriverGpu, TimingCalls, Executor):
         """Each live actor's counters: module loads, cached modules and built backends."""
         self.open()
         return ray.get([s.actor.stats.remote() for s in self.pool.alive()])
-
-

@@ -1,15 +1,19 @@
 """RaySession: the Ray side of a RayExecutor's life: connect to a cluster or start Ray here (on a thread of its
-own), size and make the actor pool and the job's schedule, shut them down; and the helpers that go with it.
+own), choose how many actors share each GPU, size and make the actor pool and the job's schedule, shut them
+down; and the helpers that go with it.
 
-A mixin of RayExecutor (aitune_ray.cluster.ray_executor), which holds the options it reads.
+A part of RayExecutor (aitune_ray.cluster.ray_executor), made from a SessionOptions: it reads nothing else of
+the executor.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from aitune_ray.cluster.pool import ActorPool
 from aitune_ray.cluster.schedule import Schedule
 from aitune_ray.cluster.starting import Background
 from aitune_ray.errors import ClusterError, ConfigError
+from aitune_ray.measure.turns import shares_gpu
 from aitune_ray.worker.seam import TuneContext
 from aitune_ray.records.results import CandidateJob
 
@@ -170,12 +175,50 @@ def tensors_of_sample(sample) -> list[torch.Tensor]:
     return tensors_of((sample.args, sample.kwargs, sample.outputs))
 
 
+@dataclasses.dataclass(frozen=True)
+class SessionOptions:
+    """What a RaySession is made from (RayExecutor's arguments of the same names, checked there)."""
+
+    address: str | None = None
+    gpus_per_actor: float | None = None   # None: the session chooses (aitune_ray.cluster.layout)
+    cpus_per_actor: float = 1
+    max_actors: int | None = None
+    max_actor_restarts: int = 3
+    artifact_dir: str | None = None
+    inline_artifact_limit_mb: int = 256
+    log_dir: str | None = None
+    warm_up: str = "compile"
+    gpu_kind: str | None = None
+
+
 class RaySession:
+    """Ray for one executor: the Ray it joined or started, the actor pool and the job's one schedule over it."""
+
+    def __init__(self, options: SessionOptions):
+        self.options = options
+        self.gpus_per_actor = 1.0 if options.gpus_per_actor is None else options.gpus_per_actor   # the layout in use
+        self.layout: Layout | None = None   # the session's own choice (gpus_per_actor=None), once made
+        self._layout_open = options.gpus_per_actor is None   # the choice may still follow the first batch
+        self._layout_lock = threading.Lock()
+        self._pool: ActorPool | None = None
+        self._schedule: Schedule | None = None   # the job's one schedule over the pool
+        self.starting: Background | None = None   # a local Ray's start, under way on its own thread
+        self.local_gpus = 0              # the GPUs a local Ray was started with
+        self.driver_turns = False        # this driver uses the pool's one GPU: its actors take turns
+        self.local = False               # this session started Ray on this machine
+        self._own_ray = False
+        self.open_s: float | None = None        # seconds open() took to start or join Ray and create the actors
+        self.started_lean: bool | None = None   # a Ray started here: without its API server (lean_start)
+        self.shutdown_s: float | None = None    # seconds the last close() spent in ray.shutdown()
+        self._own_log_dir: str | None = None    # the log folder open() made (removed at close unless logs are kept)
+        self._reaper = None                     # ends the local Ray started here should this process die
+        self._keep_logs = False                 # a worker crashed, hung or ran out of memory: logs are kept
+
     @property
     def schedule(self) -> Schedule:
         """The job's one schedule over the actor pool (made with the pool, waiting for a start under way)."""
         self.open()
-        self._wait_started()
+        self.wait_started()
         if self._schedule is None:
             raise ClusterError("the executor is closed")
         return self._schedule
@@ -183,40 +226,55 @@ class RaySession:
     @property
     def pool(self) -> ActorPool | None:
         """The actor pool, once open() made it (waiting for a start still under way)."""
-        self._wait_started()
+        self.wait_started()
         return self._pool
-
-    def _wait_started(self) -> None:
-        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
-        if self._starting is not None:
-            self._starting.wait()
 
     @pool.setter
     def pool(self, value) -> None:
         self._pool = value
 
+    @property
+    def made(self) -> bool:
+        """Whether the pool is made (without waiting for a start under way)."""
+        return self._pool is not None
+
+    def wait_started(self) -> None:
+        """Wait for a local Ray's start under way; raises ClusterError when it failed."""
+        if self.starting is not None:
+            self.starting.wait()
+
+    def cancel_all(self, reason: str) -> None:
+        """Cancel everything the job's schedule holds (nothing when there is none)."""
+        if self._schedule is not None:
+            self._schedule.cancel_all(reason)
+
+    def keep_logs(self) -> None:
+        """A worker crashed, hung or ran out of memory: close() keeps the actors' logs."""
+        self._keep_logs = True
+
     def open(self) -> None:
         """Connect to Ray, or start it on this machine, and create the tuner actors. A Ray it starts here
         starts on a thread of its own and open() returns at once: what needs the actors waits for them, while
         the driver records, times eager and profiles (and the CLI builds its model) meanwhile."""
-        if self._pool is not None or self._starting is not None:
+        if self._pool is not None or self.starting is not None:
             return
         missing = uncached()
         if missing:   # the actors on this machine pay it before their first build; doctor checks every node
             logger.warning("tuner actors on this machine will start slowly: %s", advice(missing))
-        if ray.is_initialized() or self.address or os.environ.get("RAY_ADDRESS"):
+        if ray.is_initialized() or self.options.address or os.environ.get("RAY_ADDRESS"):
             self._start()
             return
         # The local Ray gets the GPUs this process sees: the pool's size is then known before Ray is up.
-        self._local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        self._driver_turns = self._local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
-        self._own_ray = self._local = True
-        self._starting = Background(self._start, "starting Ray on this machine")
+        self.local_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self.driver_turns = self.local_gpus == 1 and self.gpus_per_actor > 0   # the one GPU is this driver's
+        self._own_ray = self.local = True
+        self.starting = Background(self._start, "starting Ray on this machine")
 
     def _start(self) -> None:
         started = time.perf_counter()
+        options = self.options
         if not ray.is_initialized():
-            address = self.address or os.environ.get("RAY_ADDRESS")
+            address = options.address or os.environ.get("RAY_ADDRESS")
             if address:
                 logger.info("connecting to the Ray cluster at %s", address)
                 check_reachable(address)
@@ -232,89 +290,130 @@ class RaySession:
                 # listens on loopback only: no other machine reaches it, whatever RAY_AUTH_MODE says.
                 with loopback_only():
                     self.started_lean = lean_start.start(lambda: ray.init(
-                        address="local", include_dashboard=False, log_to_driver=False, num_gpus=self._local_gpus,
+                        address="local", include_dashboard=False, log_to_driver=False, num_gpus=self.local_gpus,
                         _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK,
                         _system_config={"prestart_worker_first_driver": False, "enable_worker_prestart": False}))
                 self._reaper = watch_session()
             self._own_ray = True
-        resource, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
-        self._close_layout("no batch had come when Ray was up")
-        size, num_gpus = self._pool_shape(gpus, cpus)
-        if not self._local:
-            self._driver_turns = self._driver_uses_the_gpu(size)
-        log_dir = self.log_dir or str(tempdirs.make("logs"))
-        self._own_log_dir = None if self.log_dir else log_dir
-        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=self.cpus_per_actor,
-                               turns=self._driver_turns,
-                               max_restarts=self.max_actor_restarts, log_dir=log_dir,
-                               limit_bytes=int(self.inline_artifact_limit_mb * 2**20), artifact_dir=self.artifact_dir,
-                               warm_up=self.warm_up, resources={resource: kinds.SLIVER} if resource else None)
-        if not self._local:   # a cluster's nodes may join while the job runs: the pool grows onto them
-            self._pool.sizer = self._room
+        resource, gpus, cpus = kinds.capacity(options.gpu_kind, ray.nodes())
+        self.close_layout("no batch had come when Ray was up")
+        size, num_gpus = self.pool_shape(gpus, cpus)
+        if not self.local:
+            self.driver_turns = self.driver_uses_the_gpu(size)
+        log_dir = options.log_dir or str(tempdirs.make("logs"))
+        self._own_log_dir = None if options.log_dir else log_dir
+        self._pool = ActorPool(size, num_gpus=num_gpus, num_cpus=options.cpus_per_actor,
+                               turns=self.driver_turns,
+                               max_restarts=options.max_actor_restarts, log_dir=log_dir,
+                               limit_bytes=int(options.inline_artifact_limit_mb * 2**20),
+                               artifact_dir=options.artifact_dir, warm_up=options.warm_up,
+                               resources={resource: kinds.SLIVER} if resource else None)
+        if not self.local:   # a cluster's nodes may join while the job runs: the pool grows onto them
+            self._pool.sizer = self.room
         self._schedule = Schedule(self._pool)
         self.open_s = time.perf_counter() - started
-        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, self.cpus_per_actor,
+        logger.info("%d tuner actor(s), %g GPU and %g CPU each; logs in %s", size, num_gpus, options.cpus_per_actor,
                     log_dir)
 
-    def _choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
+    def choose_layout(self, context: TuneContext, jobs: list[CandidateJob]) -> None:
         """With gpus_per_actor=None, on a Ray being started here: the actors per GPU for this first batch
         (aitune_ray.cluster.layout), unless the pool was made already."""
         with self._layout_lock:
             if not self._layout_open:
                 return
             self._layout_open = False
-            if not (self._local and self._local_gpus > 0 and torch.device(context.device).type == "cuda"):
+            if not (self.local and self.local_gpus > 0 and torch.device(context.device).type == "cuda"):
                 return
-            if self.max_actors is not None and self.max_actors <= self._local_gpus:
-                self.layout = Layout(1, f"max_actors={self.max_actors}")
+            max_actors = self.options.max_actors
+            if max_actors is not None and max_actors <= self.local_gpus:
+                self.layout = Layout(1, f"max_actors={max_actors}")
             else:
                 tensors = [*context.module.parameters(), *context.module.buffers(),
                            *(t for sample in context.samples for t in tensors_of_sample(sample))]
                 self.layout = layout.choose(job_bytes=layout.tensor_bytes(tensors), gpu_bytes=layout.local_gpu_bytes(),
-                                            gpus=self._local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
+                                            gpus=self.local_gpus, cpus=layout.local_cpus(), builds=len(jobs))
             self.gpus_per_actor = self.layout.gpus_per_actor
             logger.info("%d tuner actor(s) per GPU: %s", self.layout.actors_per_gpu, self.layout.reason)
 
-    def _close_layout(self, why: str) -> None:
+    def close_layout(self, why: str) -> None:
         """The pool is being made: the layout is what it is now."""
         with self._layout_lock:
-            if self._layout_open and self._local and self._local_gpus > 0:
+            if self._layout_open and self.local and self.local_gpus > 0:
                 self.layout = Layout(1, why)
                 logger.info("one tuner actor per GPU: %s", why)
             self._layout_open = False
 
-    def _room(self) -> int:
+    def room(self) -> int:
         """How many actors the cluster has room for now (its live nodes of the job's GPU kind)."""
-        _, gpus, cpus = kinds.capacity(self.gpu_kind, ray.nodes())
-        return self._pool_shape(gpus, cpus, quiet=True)[0]
+        _, gpus, cpus = kinds.capacity(self.options.gpu_kind, ray.nodes())
+        return self.pool_shape(gpus, cpus, quiet=True)[0]
 
-    def _pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
+    def pool_shape(self, gpus: float, cpus: float | None, quiet: bool = False) -> tuple[int, float]:
         """(actors, GPUs per actor) on a cluster of gpus and cpus (None: not known yet, nothing is cut)."""
+        max_actors, cpus_per_actor = self.options.max_actors, self.options.cpus_per_actor
         if gpus > 0 and self.gpus_per_actor > 0:
             num_gpus, size = self.gpus_per_actor, int(gpus / self.gpus_per_actor + 1e-9)
-            size = min(size, self.max_actors or size)
+            size = min(size, max_actors or size)
         else:
-            num_gpus, size = 0, self.max_actors or 1
+            num_gpus, size = 0, max_actors or 1
             if not quiet:
                 logger.info("the Ray cluster has no GPU (or gpus_per_actor=0): %d CPU actor(s)", size)
-        if self.cpus_per_actor > 0 and cpus and size * self.cpus_per_actor > cpus:
-            fit = max(1, int(cpus / self.cpus_per_actor + 1e-9))
+        if cpus_per_actor > 0 and cpus and size * cpus_per_actor > cpus:
+            fit = max(1, int(cpus / cpus_per_actor + 1e-9))
             if not quiet:
                 logger.warning("%d actor(s) of %g CPU do not fit the cluster's %g CPUs: using %d", size,
-                               self.cpus_per_actor, cpus, fit)
+                               cpus_per_actor, cpus, fit)
             size = fit
         if size < 1:
             raise ConfigError(f"no actor fits: the cluster has {gpus:g} GPUs, gpus_per_actor={self.gpus_per_actor}")
         return size, num_gpus
 
-    def _actors(self) -> int:
+    def actors(self) -> int:
         """How many actors the pool has, or will have once a local start is done (without waiting for it)."""
-        if self._pool is None and self._local and self._starting is not None and not self._starting.done():
-            return self._pool_shape(self._local_gpus, None, quiet=True)[0]
+        if self._pool is None and self.local and self.starting is not None and not self.starting.done():
+            return self.pool_shape(self.local_gpus, None, quiet=True)[0]
         return len(self.pool.slots) if self.pool is not None else 0
 
+    # ----- the GPUs of the pool and of this driver ------------------------------------------------
+    def driver_has_the_gpu(self) -> bool:
+        """Whether the cluster's GPUs are this driver's: a Ray started here, or a cluster whose GPUs are all
+        on the driver's node (`ray job submit` to a one-GPU machine, where the job's driver runs beside
+        the actors)."""
+        if self.local:
+            return True
+        try:
+            gpus = ray.cluster_resources().get("GPU", 0.0)
+            here = ray.get_runtime_context().get_node_id()
+            mine = next((n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n["NodeID"] == here and n["Alive"]),
+                        0.0)
+        except Exception as exc:   # an older or partial Ray: the actors time eager, as on a cluster
+            logger.debug("where the cluster's GPUs are is not known: %s", exc)
+            return False
+        return 0 < gpus <= mine + 1e-9
+
+    def on_one_gpu(self, actors: int | None = None) -> bool:
+        """Whether every actor of the pool (or of a pool of that many actors) is on one and the same GPU (one
+        actor, or several sharing it)."""
+        actors = self.actors() if actors is None else actors
+        return self.gpus_per_actor > 0 and actors * self.gpus_per_actor <= 1 + 1e-9
+
+    def actors_share_gpus(self) -> bool:
+        """Whether the actors share their GPUs, with each other (gpus_per_actor below 1) or with this driver,
+        which times eager and profiles on the one GPU of a pool of whole-GPU actors (driver_uses_the_gpu):
+        the actors then take turns there, and so do the driver's timings and profiles."""
+        return shares_gpu(self.gpus_per_actor) or self.driver_turns
+
+    def driver_uses_the_gpu(self, size: int) -> bool:
+        """Whether a pool of size actors, on the cluster this driver joined, is on one GPU that this driver,
+        which has CUDA, uses too: a cluster whose one GPU is on the driver's node (`ray job submit` to a
+        one-GPU machine). A Ray started here: this machine has one GPU (open())."""
+        return torch.cuda.is_available() and self.on_one_gpu(size) and self.driver_has_the_gpu()
+
+    # ----- the end ----------------------------------------------------------------------------------
     def close(self) -> None:
-        starting, self._starting = self._starting, None
+        """Shut the schedule, the pool and a Ray this session started or connected down (a start still under
+        way is waited for first)."""
+        starting, self.starting = self.starting, None
         if starting is not None:   # a start still under way is waited for, then undone
             with contextlib.suppress(ClusterError):
                 starting.wait()
@@ -326,18 +425,17 @@ class RaySession:
 
     def _stop(self) -> None:
         if self._schedule is not None:
-            self._failed = self._failed or self._schedule.lost > 0   # a lost node's logs are kept
+            if self._schedule.lost > 0:   # a lost node's logs are kept
+                self._keep_logs = True
             self._schedule.close()
             self._schedule = None
         if self._pool is not None:
             self._pool.shutdown()
-            remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._failed)
+            remove_work_folders(self._pool.log_dir, self._own_log_dir, keep_logs=self._keep_logs)
             self._pool = None
-        self._boxes.clear()
-        self._baselines.clear()
         if self._own_ray and ray.is_initialized():
             started = time.perf_counter()
-            if self._local:
+            if self.local:
                 try:
                     stop_local_monitor()
                 except Exception as exc:  # Ray's internals moved: shutdown then waits its second for it
@@ -347,4 +445,4 @@ class RaySession:
         if self._reaper is not None:
             self._reaper.close()
             self._reaper = None
-        self._own_ray = self._local = self._driver_turns = False
+        self._own_ray = self.local = self.driver_turns = False
