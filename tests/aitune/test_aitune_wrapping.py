@@ -1,22 +1,20 @@
 """AITune 0.6.0's unit tests of aitune.torch.inspecting.wrapping (tests/unit/torch/inspecting/test_wrapping.py),
 ported: the same models and assertions, `aitune.torch` read as `aitune_ray`; AITune's private `_self_name` and
-`_self_strategy` are read as the wrapper's `name` and `strategy`."""
+`_self_strategy` are read as the wrapper's `name` and `strategy`. A module here is tuned as one graph on every
+recorded shape, so strategies= takes a list of one strategy: AITune's tests of several strategies, as a list or
+a map by input signature, check here that they are refused naming strategy= (docs/aitune.md, Module)."""
 
 import pytest
 import torch
 from torch import nn
 
 from aitune_ray.backend import TensorRTBackend, TorchInductorJitBackend
+from aitune_ray.errors import ConfigError
 from aitune_ray.inspecting.module_info import DictOfModulesInfo, ListOfModulesInfo, ModuleInfo
 from aitune_ray.inspecting.wrapping import wrap
 from aitune_ray.module.wrapper_module import Module
 from aitune_ray.tune_strategy import FirstWinsStrategy, OneBackendStrategy
 from tests.aitune.models import Nested, ObjectWithAttributes, ObjectWithoutModules
-
-ONE_STRATEGY = ("deliberate: a module is tuned as one graph on every recorded shape, so strategies= takes a list "
-                "of one strategy; several, or a map by input signature, are refused naming strategy= "
-                "(docs/aitune.md, Module)")
-
 
 def strategy():
     return FirstWinsStrategy(backends=[TorchInductorJitBackend(), TensorRTBackend()])
@@ -58,15 +56,19 @@ def test_wrap_with_strategy(simple_model):
     assert wrapped.strategy.__class__ == chosen.__class__
 
 
-@pytest.mark.skip(reason=ONE_STRATEGY)
 def test_wrap_with_strategies_list(simple_model):
-    wrap(simple_model, [ModuleInfo(module=simple_model)],
-         strategies=[strategy(), OneBackendStrategy(backend=TorchInductorJitBackend())])
+    with pytest.raises(ConfigError, match="strategy="):
+        wrap(simple_model, [ModuleInfo(module=simple_model)],
+             strategies=[strategy(), OneBackendStrategy(backend=TorchInductorJitBackend())])
+    wrapped = wrap(simple_model, [ModuleInfo(module=simple_model)], strategies=[strategy()])   # a list of one
+    assert isinstance(wrapped, Module) and isinstance(wrapped.strategy, FirstWinsStrategy)
 
 
-@pytest.mark.skip(reason=ONE_STRATEGY)
 def test_wrap_with_strategies_map(simple_model):
-    """AITune's test keys two strategies by ToyTorchModel's input metadata."""
+    """AITune's test keys two strategies by its model's input metadata."""
+    with pytest.raises(ConfigError, match="strategy="):
+        wrap(simple_model, [ModuleInfo(module=simple_model)],
+             strategies={"x": strategy(), "y": OneBackendStrategy(backend=TorchInductorJitBackend())})
 
 
 def test_wrap_empty_modules_list(simple_model):
