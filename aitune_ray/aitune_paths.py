@@ -96,48 +96,72 @@ _EMPTY_ALIASES: dict[str, str] = {
     "utils": "cuda_utils device graph_break_detector memory module path_utils shapes tensor",
 }
 
-#: The alias paths that give names: AITune path -> {this package's module below aitune_ray: its names}.
-_NAMED_ALIASES: dict[str, dict[str, str]] = {
-    "backend.onnx_runtime_backend": {"backend": "ONNXExecutionProvider ONNXRuntimeBackend ONNXRuntimeBackendConfig"},
-    "backend.tensorrt": {
-        "backend": "ONNXAutoCastConfig ProfileMode TensorRTBackend TensorRTBackendConfig TensorRTProfile"},
-    "backend.tensorrt.onnx_autocast": {"backend": "ONNXAutoCastConfig"},
-    "backend.tensorrt.tensorrt_backend": {"backend": "ProfileMode TensorRTBackend TensorRTBackendConfig"},
-    "backend.tensorrt.tensorrt_profile": {"backend": "TensorRTProfile"},
-    "backend.torch_inductor_aot_backend": {"backend": "TorchInductorAotBackend TorchInductorAotBackendConfig"},
-    "backend.torch_inductor_jit_backend": {"backend": "TorchInductorJitBackend TorchInductorJitBackendConfig"},
-    "backend.torch_tensorrt_aot_backend": {"backend": "TorchTensorRTAotBackend TorchTensorRTAotBackendConfig"},
-    "backend.torch_tensorrt_jit_backend": {"backend": "TorchTensorRTJitBackend TorchTensorRTJitBackendConfig"},
-    "checkpoint.local_torch_storage": {"checkpoint.storage": "LocalTorchStorage"},
-    "config": {"api.absent": "aitune_cache_dir config"},
-    "jit.inspect_module": {"jit.patched": "ModuleState"},
-    "jit.patched_module": {"jit.patched": "ModuleState PatchedModule"},
-    "dataloader": {"model.dataloader": "DataLoaderFactory default_data_collator ensure_enough_samples "
-                                       "samples_generator",
-                   "model.datasets": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset "
-                                     "SingleBatchDatasetWrapper"},
-    "dynamic_shapes": {"model.dynamic_shapes": "BatchDim DynamicDim"},
-    "kernel_forge.kernel_provider.flash_attention4_provider": {
-        "kernel_forge.kernel_provider.flash_attention4": "FlashAttention4KernelProvider"},
-    "kernel_forge.kernel_provider.sage_attention_provider": {
-        "kernel_forge.kernel_provider.sage_attention": "SageAttentionKernelProvider"},
-    "kernel_forge.kernel_provider.torch_sdpa_provider": {
-        "kernel_forge.kernel_provider.torch_sdpa": "TorchSDPAKernelProvider"},
-    "module": {"api.module": "Module"},
-    "module.sample_store": {"model.samples": "Sample SampleStore"},
-    "module.wrapper_module": {"api.module": "Module ModuleState"},
-    "performance.profile": {"performance.profiling": "PerformanceProfile SCHEMA_VERSION profile"},
-    "tune_data.reporting": {"api.absent": "snapshot_tuning_data"},
-    "tune_strategy.performance_validation": {"tune_strategy.validation_mode": "PerformanceValidationMode"},
-    "tuning": {"api.tuning": "tune", "checkpoint": "load save"},
+#: The alias paths that give names: this package's module below aitune_ray -> {AITune path below aitune.torch:
+#: the names of that module it gives}.
+_ALIASES_BY_SOURCE: dict[str, dict[str, str]] = {
+    "api.absent": {
+        "config": "aitune_cache_dir config",
+        "tune_data.reporting": "snapshot_tuning_data",
+    },
+    "api.module": {
+        "module": "Module",
+        "module.wrapper_module": "Module ModuleState",
+    },
+    "api.tuning": {"tuning": "tune"},
+    "backend": {
+        "backend.onnx_runtime_backend": "ONNXExecutionProvider ONNXRuntimeBackend ONNXRuntimeBackendConfig",
+        "backend.tensorrt": "ONNXAutoCastConfig ProfileMode TensorRTBackend TensorRTBackendConfig TensorRTProfile",
+        "backend.tensorrt.onnx_autocast": "ONNXAutoCastConfig",
+        "backend.tensorrt.tensorrt_backend": "ProfileMode TensorRTBackend TensorRTBackendConfig",
+        "backend.tensorrt.tensorrt_profile": "TensorRTProfile",
+        "backend.torch_inductor_aot_backend": "TorchInductorAotBackend TorchInductorAotBackendConfig",
+        "backend.torch_inductor_jit_backend": "TorchInductorJitBackend TorchInductorJitBackendConfig",
+        "backend.torch_tensorrt_aot_backend": "TorchTensorRTAotBackend TorchTensorRTAotBackendConfig",
+        "backend.torch_tensorrt_jit_backend": "TorchTensorRTJitBackend TorchTensorRTJitBackendConfig",
+    },
+    "checkpoint": {"tuning": "load save"},
+    "checkpoint.storage": {"checkpoint.local_torch_storage": "LocalTorchStorage"},
+    "jit.patched": {
+        "jit.inspect_module": "ModuleState",
+        "jit.patched_module": "ModuleState PatchedModule",
+    },
+    "kernel_forge.kernel_provider.flash_attention4": {
+        "kernel_forge.kernel_provider.flash_attention4_provider": "FlashAttention4KernelProvider",
+    },
+    "kernel_forge.kernel_provider.sage_attention": {
+        "kernel_forge.kernel_provider.sage_attention_provider": "SageAttentionKernelProvider",
+    },
+    "kernel_forge.kernel_provider.torch_sdpa": {
+        "kernel_forge.kernel_provider.torch_sdpa_provider": "TorchSDPAKernelProvider",
+    },
+    "model.dataloader": {
+        "dataloader": "DataLoaderFactory default_data_collator ensure_enough_samples samples_generator",
+    },
+    "model.datasets": {
+        "dataloader": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset SingleBatchDatasetWrapper",
+    },
+    "model.dynamic_shapes": {"dynamic_shapes": "BatchDim DynamicDim"},
+    "model.samples": {"module.sample_store": "Sample SampleStore"},
+    "performance.profiling": {"performance.profile": "PerformanceProfile SCHEMA_VERSION profile"},
+    "tune_strategy.validation_mode": {"tune_strategy.performance_validation": "PerformanceValidationMode"},
 }
+
+
+def _by_path(by_key: dict[str, dict[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """{key: {path: names}} -> {path: [(key, names), ...]}, the keys in by_key's order, the paths sorted."""
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for key, paths in by_key.items():
+        for path, names in paths.items():
+            rows.setdefault(path, []).append((key, names))
+    return dict(sorted(rows.items()))
+
 
 #: AITune path below aitune.torch -> {this package's module below aitune_ray: the names it gives}. Only paths
 #: with no module of their own here; a module of this package at an AITune path is imported as it is.
 ALIASES: dict[str, dict[str, str]] = dict(sorted({
     **{f"{parent}.{child}".lstrip("."): {} for parent, children in _EMPTY_ALIASES.items()
        for child in _names(children)},
-    **_NAMED_ALIASES}.items()))
+    **{path: dict(sources) for path, sources in _by_path(_ALIASES_BY_SOURCE).items()}}.items()))
 
 #: Why -> {AITune path below aitune.torch ("" for aitune.torch itself): its names with no counterpart here}.
 _ABSENT_BY_REASON: dict[str, dict[str, str]] = {
@@ -318,18 +342,10 @@ _ABSENT_BY_REASON: dict[str, dict[str, str]] = {
     },
 }
 
-
-def _by_path(by_reason: dict[str, dict[str, str]]) -> dict[str, tuple[tuple[str, str], ...]]:
-    rows: dict[str, tuple[tuple[str, str], ...]] = {}
-    for why, paths in by_reason.items():
-        for path, names in paths.items():
-            rows[path] = rows.get(path, ()) + ((names, why),)
-    return dict(sorted(rows.items()))
-
-
 #: AITune path below aitune.torch -> ((its names with no counterpart here, why), ...), the reasons in the
 #: order of _ABSENT_BY_REASON.
-ABSENT: dict[str, tuple[tuple[str, str], ...]] = _by_path(_ABSENT_BY_REASON)
+ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
+    path: tuple((names, why) for why, names in rows) for path, rows in _by_path(_ABSENT_BY_REASON).items()}
 
 
 def absent_names(path: str) -> dict[str, str]:
