@@ -68,255 +68,284 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-#: AITune path below aitune.torch -> {this package's module below aitune_ray: the names it gives}. Only paths
-#: with no module of their own here; a module of this package at an AITune path is imported as it is.
-ALIASES: dict[str, dict[str, str]] = {
-    "backend.onnx_runtime_backend": {"backend": "ONNXExecutionProvider ONNXRuntimeBackend ONNXRuntimeBackendConfig"},
-    "backend.tensorrt": {
-        "backend": "ONNXAutoCastConfig ProfileMode TensorRTBackend TensorRTBackendConfig TensorRTProfile"},
-    "backend.tensorrt.cuda_graphs": {},
-    "backend.tensorrt.modelopt_calibration": {},
-    "backend.tensorrt.onnx_autocast": {"backend": "ONNXAutoCastConfig"},
-    "backend.tensorrt.onnx_quantization": {},
-    "backend.tensorrt.tensorrt_backend": {"backend": "ProfileMode TensorRTBackend TensorRTBackendConfig"},
-    "backend.tensorrt.tensorrt_builder": {},
-    "backend.tensorrt.tensorrt_engine_info": {},
-    "backend.tensorrt.tensorrt_profile": {"backend": "TensorRTProfile"},
-    "backend.tensorrt.tensorrt_runtime": {},
-    "backend.tensorrt.torch_output_allocator": {},
-    "backend.tensorrt.torch_quantization": {},
-    "backend.torch_inductor_aot_backend": {"backend": "TorchInductorAotBackend TorchInductorAotBackendConfig"},
-    "backend.torch_inductor_jit_backend": {"backend": "TorchInductorJitBackend TorchInductorJitBackendConfig"},
-    "backend.torch_tensorrt_aot_backend": {"backend": "TorchTensorRTAotBackend TorchTensorRTAotBackendConfig"},
-    "backend.torch_tensorrt_jit_backend": {"backend": "TorchTensorRTJitBackend TorchTensorRTJitBackendConfig"},
-    "backend.torch_tensorrt_logging": {},
-    "checkpoint.artifact": {},
-    "checkpoint.checkpoint": {},
-    "checkpoint.local_torch_storage": {"checkpoint.storage": "LocalTorchStorage"},
-    "checkpoint.storage_tasks": {},
-    "checkpoint.torch_checkpoint": {},
-    "config": {"api.absent": "aitune_cache_dir config"},
-    "jit.html_generator": {},
-    "jit.inspect_module": {"jit.patched": "ModuleState"},
-    "jit.patched_module": {"jit.patched": "ModuleState PatchedModule"},
-    "dataloader": {"model.dataloader": "DataLoaderFactory default_data_collator ensure_enough_samples samples_generator",
-                   "model.datasets": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset "
-                                     "SingleBatchDatasetWrapper"},
-    "distributed": {},
-    "dynamic_shapes": {"model.dynamic_shapes": "BatchDim DynamicDim"},
-    "inspecting.module_inspector": {},
-    "integrations": {},
-    "integrations.diffusers": {},
-    "integrations.transformers": {},
-    "kernel_forge.kernel_provider.diffusers_attention_provider": {},
-    "kernel_forge.kernel_provider.flash_attention4_provider": {
-        "kernel_forge.kernel_provider.flash_attention4": "FlashAttention4KernelProvider"},
-    "kernel_forge.kernel_provider.sage_attention_provider": {
-        "kernel_forge.kernel_provider.sage_attention": "SageAttentionKernelProvider"},
-    "kernel_forge.kernel_provider.torch_sdpa_provider": {
-        "kernel_forge.kernel_provider.torch_sdpa": "TorchSDPAKernelProvider"},
-    "libs": {},
-    "libs.cuda": {},
-    "libs.cuda.cudart": {},
-    "libs.cuda.memory": {},
-    "libs.onnx": {},
-    "libs.onnx.onnx_exporter": {},
-    "libs.onnx.onnx_model_info": {},
-    "libs.torch": {},
-    "libs.torch.torch_exporter": {},
-    "libs.torch_compile": {},
-    "module": {"api.module": "Module"},
-    "module.exact_sample_metadata": {},
-    "module.forward_signature": {},
-    "module.graph_spec": {},
-    "module.locator": {},
-    "module.passthrough_module": {},
-    "module.recording_module": {},
-    "module.sample_metadata": {},
-    "module.sample_store": {"model.samples": "Sample SampleStore"},
-    "module.tensor_spec": {},
-    "module.tuned_module": {},
-    "module.wrapper_module": {"api.module": "Module ModuleState"},
-    "module_registry": {},
-    "performance.attribution_hooks": {},
-    "performance.context": {},
-    "performance.profile": {"performance.profiling": "PerformanceProfile SCHEMA_VERSION profile"},
-    "performance.runtime_profile": {},
-    "performance.utils": {},
-    "task": {},
-    "task.correctness": {},
-    "task.find_max_batch_size": {},
-    "task.profiling": {},
-    "task.profiling.config": {},
-    "task.profiling.events": {},
-    "task.profiling.measuring_stop_strategy": {},
-    "task.profiling.measuring_strategy": {},
-    "task.profiling.metrics": {},
-    "task.profiling.profiling": {},
-    "task.profiling.profiling_stop_strategy": {},
-    "tune_data": {},
-    "tune_data.report_models": {},
-    "tune_data.reporting": {"api.absent": "snapshot_tuning_data"},
-    "tune_strategy.formatting": {},
-    "tune_strategy.mixin": {},
-    "tune_strategy.mixin.find_max_batch_size_mixin": {},
-    "tune_strategy.mixin.performance_validation_mixin": {},
-    "tune_strategy.multi_backend_strategy": {},
-    "tune_strategy.performance_validation": {"tune_strategy.validation_mode": "PerformanceValidationMode"},
-    "tune_strategy.profiling_tune_strategy": {},
-    "tuning": {"api.tuning": "tune", "checkpoint": "load save"},
-    "utils": {},
-    "utils.cuda_utils": {},
-    "utils.device": {},
-    "utils.graph_break_detector": {},
-    "utils.memory": {},
-    "utils.module": {},
-    "utils.path_utils": {},
-    "utils.shapes": {},
-    "utils.tensor": {},
+#: AITune paths below aitune.torch with no module here that give none of AITune's names (each of those is
+#: in ABSENT, or the module has none), by the package above them ("" for aitune.torch itself).
+_EMPTY_ALIASES: dict[str, str] = {
+    "": "distributed integrations libs module_registry task tune_data utils",
+    "backend": "torch_tensorrt_logging",
+    "backend.tensorrt": "cuda_graphs modelopt_calibration onnx_quantization tensorrt_builder tensorrt_engine_info "
+                        "tensorrt_runtime torch_output_allocator torch_quantization",
+    "checkpoint": "artifact checkpoint storage_tasks torch_checkpoint",
+    "inspecting": "module_inspector",
+    "integrations": "diffusers transformers",
+    "jit": "html_generator",
+    "kernel_forge.kernel_provider": "diffusers_attention_provider",
+    "libs": "cuda onnx torch torch_compile",
+    "libs.cuda": "cudart memory",
+    "libs.onnx": "onnx_exporter onnx_model_info",
+    "libs.torch": "torch_exporter",
+    "module": "exact_sample_metadata forward_signature graph_spec locator passthrough_module recording_module "
+              "sample_metadata tensor_spec tuned_module",
+    "performance": "attribution_hooks context runtime_profile utils",
+    "task": "correctness find_max_batch_size profiling",
+    "task.profiling": "config events measuring_stop_strategy measuring_strategy metrics profiling "
+                      "profiling_stop_strategy",
+    "tune_data": "report_models",
+    "tune_strategy": "formatting mixin multi_backend_strategy profiling_tune_strategy",
+    "tune_strategy.mixin": "find_max_batch_size_mixin performance_validation_mixin",
+    "utils": "cuda_utils device graph_break_detector memory module path_utils shapes tensor",
 }
 
-#: AITune path below aitune.torch ("" for aitune.torch itself) -> ((its names with no counterpart here, why), ...)
-ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
-    "backend": (("ArtifactPath", ONE_FILE), ("BuildMode ExecutionMode", NO_MODES),
-                ("ONNXQuantizationConfig TorchQuantizationConfig", NO_MODELOPT)),
-    "backend.backend": (("BuildMode ExecutionMode", NO_MODES), ("BackendBuildStep", NO_STEPS),
-                        ("DummyBackend", NO_DUMMY)),
-    "backend.tensorrt": (("ONNXQuantizationConfig TorchQuantizationConfig", NO_MODELOPT),),
-    "backend.tensorrt.cuda_graphs": (("CudaGraphCachePolicy CudaGraphProfile TensorRTCudaGraphCache", TRT_INSIDE),),
-    "backend.tensorrt.modelopt_calibration": (("prepare_calibration_data", NO_MODELOPT),),
-    "backend.tensorrt.onnx_autocast": (("MixedPrecision ONNXAutoCast", TRT_INSIDE),),
-    "backend.tensorrt.onnx_quantization": (
-        ("CalibrationMethod ONNXQuantizationConfig ONNXQuantizer QuantizationPrecision", NO_MODELOPT),),
-    "backend.tensorrt.tensorrt_backend": (
-        ("G_LOGGER ONNX_FILE_EXTENSION TRT_ENGINE_FILE_EXTENSION TensorRTBuildStep TensorRTRunner", TRT_INSIDE),),
-    "backend.tensorrt.tensorrt_builder": (("TensorRTBuilder trt", TRT_INSIDE),),
-    "backend.tensorrt.tensorrt_engine_info": (("TensorRTEngineInfo trt", TRT_INSIDE),),
-    "backend.tensorrt.tensorrt_runtime": (
-        ("LOGGING_PREFIX PythonTRTLogger TRT_ENGINE_FILE_EXTENSION TensorRTRuntime trt", TRT_INSIDE),),
-    "backend.tensorrt.torch_output_allocator": (("DTYPE_ELEMENT_SIZE TorchOutputAllocator trt", TRT_INSIDE),),
-    "backend.tensorrt.torch_quantization": (
-        ("HAS_NVFP4_FP8_MHA_CONFIG QuantizationConfig TorchQuantizationConfig TorchQuantizer", NO_MODELOPT),),
-    "jit.html_generator": (("HTMLGenerator", JIT_INSPECT),),
-    "jit.inspect_module": (("InspectModule PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER get_type_info",
-                            JIT_INSPECT),),
-    "jit.patched_module": (("GraphBreakException PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER",
-                            JIT_INSPECT),),
-    "backend.torch_inductor_aot_backend": (("TorchInductorAotBuildStep", NO_STEPS),),
-    "backend.torch_tensorrt_aot_backend": (("TorchTensorRTAotBuildStep", NO_STEPS),
-                                           ("assert_torch_tensorrt", TORCH_TRT_INSIDE)),
-    "backend.torch_tensorrt_jit_backend": (("assert_torch_tensorrt", TORCH_TRT_INSIDE),),
-    "backend.torch_tensorrt_logging": (("torch_tensorrt_errors torch_tensorrt_warnings", TORCH_TRT_INSIDE),),
-    "backend.torchao_backend": (
-        ("MXFP8DQ_BLOCK_SIZE_DIVISIBILITY NVFP4DQ_BLOCK_SIZE_DIVISIBILITY QuantizationType",
-         TORCHAO_NAMES),),
-    "checkpoint.artifact": (("ArtifactPath", ONE_FILE),),
-    "checkpoint.checkpoint": (("Checkpoint", ONE_FILE),),
-    "checkpoint.storage": (("Storage", ONE_FILE),),
-    "checkpoint.storage_tasks": (
-        ("AIT_EXTENSION CopyBackendArtifactsTask LoadTask MakeFolderTask RelocateBackendArtifactsTask "
-         "RemoveFolderTask STATE_DICT_FILE SaveTask ShaSumsLoadTask ShaSumsSaveTask TorchLoadTask TorchSaveTask "
-         "UnzipLoadTask ZipSaveTask calculate_file_sha_hash check_checkpoint_valid get_sha_sums_path "
-         "torch_load_with_custom_types", ONE_FILE),),
-    "checkpoint.torch_checkpoint": (("TorchCheckpoint", ONE_FILE),),
-    "config": (("AITuneConfig AITuneMode DEFAULT_DEVICE_AFTER_TUNING DEFAULT_MAX_NUM_SAMPLES_STORED "
-                "DEFAULT_MIN_NUM_SAMPLES DEFAULT_TUNING_DATA_OUTPUT_PATH", NO_CONFIG),),
-    "distributed": (("DistributedContext DistributedCoordinator DistributedOutcome coordinator "
-                     "distributed_cache_dir distributed_context distributed_output_path resolve_tuning_device",
-                     NO_DISTRIBUTED),),
-    "inspecting.inspecting": (("LOG_FORMAT", LOGGING),),
-    "inspecting.module_inspector": (("DEFAULT_INSPECT_DEBUG DEFAULT_INSPECT_DEBUG_RAISE DEFAULT_MAX_RECURSION_DEPTH "
-                                     "InspectContext ModuleInspector", INSPECT_INSIDE),),
-    "inspecting.wrapping": (("LOG_FORMAT", LOGGING),),
-    "integrations": (("is_integration_distributed_module register_distributed_module_detector", NO_DISTRIBUTED),),
-    "kernel_forge.kernel_optimization_plan": (("PROVIDERS_KEY", KERNEL_PLAN_DICT),),
-    "kernel_forge.kernel_provider": (("DiffusersAttentionBackend DiffusersAttentionKernelProvider", NO_DIFFUSERS),),
-    "kernel_forge.kernel_provider.diffusers_attention_provider": (
-        ("DiffusersAttentionBackend DiffusersAttentionKernelProvider", NO_DIFFUSERS),),
-    "kernel_forge.module_function_kernel_profiler": (
-        ("FUNCTIONAL_PREFIX FunctionData MODULE_PREFIX get_tensor_size", PROFILER_INSIDE),),
-    "libs.cuda.cudart": (("cudart", NO_LIBS),),
-    "libs.cuda.memory": (("memcpy_to_torch", NO_LIBS),),
-    "libs.onnx.onnx_exporter": (("ONNXExporter ONNX_FILE_EXTENSION", NO_LIBS),),
-    "libs.onnx.onnx_model_info": (("ONNXModelInfo ONNXPrecision ONNX_DTYPE_TO_PRECISION", NO_LIBS),),
-    "libs.torch": (("TorchExportResult TorchExporter", NO_LIBS),),
-    "libs.torch.torch_exporter": (("TorchExportResult TorchExporter", NO_LIBS),),
-    "libs.torch_compile": (("TorchCompileMode resolve_compile_dynamic", NO_LIBS),),
-    "module.exact_sample_metadata": (("ExactSampleMetadata", ONE_MODULE),),
-    "module.forward_signature": (("ForwardInputPath ForwardParameter ForwardSignature validate_forward_input_path",
-                                  ONE_MODULE),),
-    "module.graph_spec": (("GraphSpec", ONE_MODULE),),
-    "module.locator": (("Locator ObjectType get_class_data_fields_cached get_class_fields_set_cached "
-                        "get_object_fields", NO_REGISTRY),),
-    "module.passthrough_module": (("PassthroughModule", ONE_MODULE),),
-    "module.recording_module": (("INPUT_METADATA_PREFIX OUTPUT_METADATA_PREFIX RecordingModule", ONE_MODULE),),
-    "module.sample_metadata": (("SampleMetadata batch_tensor", ONE_MODULE),),
-    "module.tensor_spec": (("InfoLevel TensorSpec", ONE_MODULE),),
-    "module.tuned_module": (("TunedModule", ONE_MODULE),),
-    "module.wrapper_module": (("DEFAULT_STRATEGY StrategyList StrategyMap get_object_name sanitize_model_name",
-                               ONE_MODULE),),
-    "module_registry": (("MODULE_REGISTRY ModuleRegistry", NO_REGISTRY),),
-    "performance.context": (("AOT_MODULE_REGION_PREFIX PROFILED_RUN_REGION_NAME UNTUNED_MODULE_REGION_PREFIX",
-                             REGION_LABELS),),
-    "performance.markdown": (("ReportDict", REGION_LABELS),),
-    "performance.runtime_profile": (("PROFILER_KEY_AVERAGES_ROW_LIMIT", REGION_LABELS),),
-    "task": (("MeasuringStopStrategy MeasuringStrategy ModelExecutionTimeMeasuringStrategy "
-              "NumStepsMeasuringStopStrategy ProfilingConfig ProfilingResultEvent ProfilingResults ProfilingStatus "
-              "StableWindowMeasuringStopStrategy get_inference_events profile", ONE_PROCEDURE),),
-    "task.correctness": (("CorrectnessDynamicShapeError CorrectnessInputMutationError CorrectnessTensorShapeError "
-                          "CorrectnessValueError check_dynamic_shape_boundary_inference "
-                          "check_inference_output_correctness", ONE_PROCEDURE),),
-    "task.find_max_batch_size": (("find_max_batch_size find_max_throughput_for_backend "
-                                  "get_throughput_per_batch_size", NO_MIXINS),),
-    "task.profiling": (("AllSamplesProfilingStopStrategy MeasuringStopStrategy MeasuringStrategy "
-                        "ModelExecutionTimeMeasuringStrategy NumStepsMeasuringStopStrategy ProfilingConfig "
-                        "ProfilingResultEvent ProfilingResults ProfilingStatus ProfilingStopStrategy "
-                        "StableWindowMeasuringStopStrategy ThroughputSaturatedProfilingStopStrategy get_throughput "
-                        "is_throughput_saturated profile", ONE_PROCEDURE),),
-    "task.profiling.config": (("ProfilingConfig", ONE_PROCEDURE),),
-    "task.profiling.events": (("ProfilingResultEvent get_inference_events", ONE_PROCEDURE),),
-    "task.profiling.measuring_stop_strategy": (
-        ("MeasuringStopStrategy NumStepsMeasuringStopStrategy StableWindowMeasuringStopStrategy", ONE_PROCEDURE),),
-    "task.profiling.measuring_strategy": (("MeasuringStrategy ModelExecutionTimeMeasuringStrategy", ONE_PROCEDURE),),
-    "task.profiling.metrics": (("get_batch_size get_latency get_mean_executions_per_second get_throughput "
-                                "is_throughput_saturated", ONE_PROCEDURE),),
-    "task.profiling.profiling": (("ProfilingResults ProfilingStatus profile profile_backend", ONE_PROCEDURE),),
-    "task.profiling.profiling_stop_strategy": (
-        ("AllSamplesProfilingStopStrategy ProfilingStopStrategy ThroughputSaturatedProfilingStopStrategy",
-         ONE_PROCEDURE),),
-    "tune_data.report_models": (("BackendBuildReport ExceptionInfo GraphTuneReport ModuleInspectionReport "
-                                 "ModuleTuneReport SCHEMA_VERSION TuneRunReport", REPORT),),
-    "tune_data.reporting": (("has_active_report report_backend_build report_backend_metric "
-                             "report_graph_baseline_metric report_graph_tune report_inspection_details "
-                             "report_module_tune report_tune_run report_tune_run_end report_tune_run_start "
-                             "snapshot_config", REPORT),),
-    "tune_strategy.formatting": (("fmt_speedup_comparison fmt_speedup_msg fmt_speedup_msg_short", REPORT),),
-    "tune_strategy.latency_budget_strategy": (("LatencyBudgetProfilingResult", REPORT),),
-    "tune_strategy.max_throughput_strategy": (("MaxThroughputProfilingResult", REPORT),),
-    "tune_strategy.min_latency_strategy": (("MinLatencyProfilingResult", REPORT),),
-    "tune_strategy.mixin": (("FindMaxBatchSizeMixin PerformanceValidationMixin PerformanceValidationMixinResult",
-                             NO_MIXINS),),
-    "tune_strategy.mixin.find_max_batch_size_mixin": (("FindMaxBatchSizeMixin", NO_MIXINS),),
-    "tune_strategy.mixin.performance_validation_mixin": (
-        ("PerformanceValidationMixin PerformanceValidationMixinResult", NO_MIXINS),),
-    "tune_strategy.multi_backend_strategy": (("MultiBackendStrategy", NO_MIXINS),),
-    "tune_strategy.profiling_tune_strategy": (("BackendPerfResult BackendProfilingResult ProfilingTuneStrategy",
-                                               ONE_PROCEDURE),),
-    "tune_strategy.tune_strategy": (("DummyTuneStrategy", NO_DUMMY),),
-    "tuning": (("LOG_FORMAT", LOGGING),),
-    "utils.cuda_utils": (("assert_is_available get_device is_available set_device synchronize", NO_HELPERS),),
-    "utils.device": (("get_device", NO_HELPERS),),
-    "utils.graph_break_detector": (("GraphBreakDetector", NO_HELPERS),),
-    "utils.memory": (("cleanup_memory cpu_cleanup cpu_cleanup_low_level gpu_cleanup release_transient_memory",
-                      NO_HELPERS),),
-    "utils.module": (("count_parameters format_num_parameters get_forward_arguments_names get_module_device "
-                      "is_distributed_module move_module_to_device move_tensors_to_device offload "
-                      "offload_after_tuning", NO_HELPERS),),
-    "utils.path_utils": (("MAX_FILENAME_BYTES format_file_size get_file_size sanitize_filename", NO_HELPERS),),
-    "utils.shapes": (("axis_dims_for_shape_definition axis_dims_for_tensor build_dynamic_shapes log_dynamic_shapes "
-                      "make_batch_dim prepare_export_sample", NO_HELPERS),),
-    "utils.tensor": (("format_tensor_name none_at_tensors", NO_HELPERS),),
+#: The alias paths that give names: this package's module below aitune_ray -> {AITune path below aitune.torch:
+#: the names of that module it gives}.
+_ALIASES_BY_SOURCE: dict[str, dict[str, str]] = {
+    "api.absent": {
+        "config": "aitune_cache_dir config",
+        "tune_data.reporting": "snapshot_tuning_data",
+    },
+    "api.module": {
+        "module": "Module",
+        "module.wrapper_module": "Module ModuleState",
+    },
+    "api.tuning": {"tuning": "tune"},
+    "backend": {
+        "backend.onnx_runtime_backend": "ONNXExecutionProvider ONNXRuntimeBackend ONNXRuntimeBackendConfig",
+        "backend.tensorrt": "ONNXAutoCastConfig ProfileMode TensorRTBackend TensorRTBackendConfig TensorRTProfile",
+        "backend.tensorrt.onnx_autocast": "ONNXAutoCastConfig",
+        "backend.tensorrt.tensorrt_backend": "ProfileMode TensorRTBackend TensorRTBackendConfig",
+        "backend.tensorrt.tensorrt_profile": "TensorRTProfile",
+        "backend.torch_inductor_aot_backend": "TorchInductorAotBackend TorchInductorAotBackendConfig",
+        "backend.torch_inductor_jit_backend": "TorchInductorJitBackend TorchInductorJitBackendConfig",
+        "backend.torch_tensorrt_aot_backend": "TorchTensorRTAotBackend TorchTensorRTAotBackendConfig",
+        "backend.torch_tensorrt_jit_backend": "TorchTensorRTJitBackend TorchTensorRTJitBackendConfig",
+    },
+    "checkpoint": {"tuning": "load save"},
+    "checkpoint.storage": {"checkpoint.local_torch_storage": "LocalTorchStorage"},
+    "jit.patched": {
+        "jit.inspect_module": "ModuleState",
+        "jit.patched_module": "ModuleState PatchedModule",
+    },
+    "kernel_forge.kernel_provider.flash_attention4": {
+        "kernel_forge.kernel_provider.flash_attention4_provider": "FlashAttention4KernelProvider",
+    },
+    "kernel_forge.kernel_provider.sage_attention": {
+        "kernel_forge.kernel_provider.sage_attention_provider": "SageAttentionKernelProvider",
+    },
+    "kernel_forge.kernel_provider.torch_sdpa": {
+        "kernel_forge.kernel_provider.torch_sdpa_provider": "TorchSDPAKernelProvider",
+    },
+    "model.dataloader": {
+        "dataloader": "DataLoaderFactory default_data_collator ensure_enough_samples samples_generator",
+    },
+    "model.datasets": {
+        "dataloader": "DatasetLike DynamicShapeDataset InputConfig MinMaxRandomDataset SingleBatchDatasetWrapper",
+    },
+    "model.dynamic_shapes": {"dynamic_shapes": "BatchDim DynamicDim"},
+    "model.samples": {"module.sample_store": "Sample SampleStore"},
+    "performance.profiling": {"performance.profile": "PerformanceProfile SCHEMA_VERSION profile"},
+    "tune_strategy.validation_mode": {"tune_strategy.performance_validation": "PerformanceValidationMode"},
 }
+
+
+def _by_path(by_key: dict[str, dict[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """{key: {path: names}} -> {path: [(key, names), ...]}, the keys in by_key's order, the paths sorted."""
+    rows: dict[str, list[tuple[str, str]]] = {}
+    for key, paths in by_key.items():
+        for path, names in paths.items():
+            rows.setdefault(path, []).append((key, names))
+    return dict(sorted(rows.items()))
+
+
+#: AITune path below aitune.torch -> {this package's module below aitune_ray: the names it gives}. Only paths
+#: with no module of their own here; a module of this package at an AITune path is imported as it is.
+ALIASES: dict[str, dict[str, str]] = dict(sorted({
+    **{f"{parent}.{child}".lstrip("."): {} for parent, children in _EMPTY_ALIASES.items()
+       for child in _names(children)},
+    **{path: dict(sources) for path, sources in _by_path(_ALIASES_BY_SOURCE).items()}}.items()))
+
+#: Why -> {AITune path below aitune.torch ("" for aitune.torch itself): its names with no counterpart here}.
+_ABSENT_BY_REASON: dict[str, dict[str, str]] = {
+    ONE_FILE: {
+        "backend": "ArtifactPath",
+        "checkpoint.artifact": "ArtifactPath",
+        "checkpoint.checkpoint": "Checkpoint",
+        "checkpoint.storage": "Storage",
+        "checkpoint.storage_tasks": "AIT_EXTENSION CopyBackendArtifactsTask LoadTask MakeFolderTask "
+                                    "RelocateBackendArtifactsTask RemoveFolderTask STATE_DICT_FILE SaveTask "
+                                    "ShaSumsLoadTask ShaSumsSaveTask TorchLoadTask TorchSaveTask UnzipLoadTask "
+                                    "ZipSaveTask calculate_file_sha_hash check_checkpoint_valid get_sha_sums_path "
+                                    "torch_load_with_custom_types",
+        "checkpoint.torch_checkpoint": "TorchCheckpoint",
+    },
+    NO_MODES: {
+        "backend": "BuildMode ExecutionMode",
+        "backend.backend": "BuildMode ExecutionMode",
+    },
+    NO_MODELOPT: {
+        "backend": "ONNXQuantizationConfig TorchQuantizationConfig",
+        "backend.tensorrt": "ONNXQuantizationConfig TorchQuantizationConfig",
+        "backend.tensorrt.modelopt_calibration": "prepare_calibration_data",
+        "backend.tensorrt.onnx_quantization": "CalibrationMethod ONNXQuantizationConfig ONNXQuantizer "
+                                              "QuantizationPrecision",
+        "backend.tensorrt.torch_quantization": "HAS_NVFP4_FP8_MHA_CONFIG QuantizationConfig TorchQuantizationConfig "
+                                               "TorchQuantizer",
+    },
+    NO_STEPS: {
+        "backend.backend": "BackendBuildStep",
+        "backend.torch_inductor_aot_backend": "TorchInductorAotBuildStep",
+        "backend.torch_tensorrt_aot_backend": "TorchTensorRTAotBuildStep",
+    },
+    NO_DUMMY: {
+        "backend.backend": "DummyBackend",
+        "tune_strategy.tune_strategy": "DummyTuneStrategy",
+    },
+    TRT_INSIDE: {
+        "backend.tensorrt.cuda_graphs": "CudaGraphCachePolicy CudaGraphProfile TensorRTCudaGraphCache",
+        "backend.tensorrt.onnx_autocast": "MixedPrecision ONNXAutoCast",
+        "backend.tensorrt.tensorrt_backend": "G_LOGGER ONNX_FILE_EXTENSION TRT_ENGINE_FILE_EXTENSION "
+                                             "TensorRTBuildStep TensorRTRunner",
+        "backend.tensorrt.tensorrt_builder": "TensorRTBuilder trt",
+        "backend.tensorrt.tensorrt_engine_info": "TensorRTEngineInfo trt",
+        "backend.tensorrt.tensorrt_runtime": "LOGGING_PREFIX PythonTRTLogger TRT_ENGINE_FILE_EXTENSION "
+                                             "TensorRTRuntime trt",
+        "backend.tensorrt.torch_output_allocator": "DTYPE_ELEMENT_SIZE TorchOutputAllocator trt",
+    },
+    JIT_INSPECT: {
+        "jit.html_generator": "HTMLGenerator",
+        "jit.inspect_module": "InspectModule PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER get_type_info",
+        "jit.patched_module": "GraphBreakException PRINT_HIERARCHY_HEADER PRINT_HIERARCHY_NO_MODULES_HEADER",
+    },
+    TORCH_TRT_INSIDE: {
+        "backend.torch_tensorrt_aot_backend": "assert_torch_tensorrt",
+        "backend.torch_tensorrt_jit_backend": "assert_torch_tensorrt",
+        "backend.torch_tensorrt_logging": "torch_tensorrt_errors torch_tensorrt_warnings",
+    },
+    TORCHAO_NAMES: {
+        "backend.torchao_backend": "MXFP8DQ_BLOCK_SIZE_DIVISIBILITY NVFP4DQ_BLOCK_SIZE_DIVISIBILITY QuantizationType",
+    },
+    NO_CONFIG: {
+        "config": "AITuneConfig AITuneMode DEFAULT_DEVICE_AFTER_TUNING DEFAULT_MAX_NUM_SAMPLES_STORED "
+                  "DEFAULT_MIN_NUM_SAMPLES DEFAULT_TUNING_DATA_OUTPUT_PATH",
+    },
+    NO_DISTRIBUTED: {
+        "distributed": "DistributedContext DistributedCoordinator DistributedOutcome coordinator "
+                       "distributed_cache_dir distributed_context distributed_output_path resolve_tuning_device",
+        "integrations": "is_integration_distributed_module register_distributed_module_detector",
+    },
+    LOGGING: {
+        "inspecting.inspecting": "LOG_FORMAT",
+        "inspecting.wrapping": "LOG_FORMAT",
+        "tuning": "LOG_FORMAT",
+    },
+    INSPECT_INSIDE: {
+        "inspecting.module_inspector": "DEFAULT_INSPECT_DEBUG DEFAULT_INSPECT_DEBUG_RAISE DEFAULT_MAX_RECURSION_DEPTH "
+                                       "InspectContext ModuleInspector",
+    },
+    KERNEL_PLAN_DICT: {
+        "kernel_forge.kernel_optimization_plan": "PROVIDERS_KEY",
+    },
+    NO_DIFFUSERS: {
+        "kernel_forge.kernel_provider": "DiffusersAttentionBackend DiffusersAttentionKernelProvider",
+        "kernel_forge.kernel_provider.diffusers_attention_provider": "DiffusersAttentionBackend "
+                                                                     "DiffusersAttentionKernelProvider",
+    },
+    PROFILER_INSIDE: {
+        "kernel_forge.module_function_kernel_profiler": "FUNCTIONAL_PREFIX FunctionData MODULE_PREFIX get_tensor_size",
+    },
+    NO_LIBS: {
+        "libs.cuda.cudart": "cudart",
+        "libs.cuda.memory": "memcpy_to_torch",
+        "libs.onnx.onnx_exporter": "ONNXExporter ONNX_FILE_EXTENSION",
+        "libs.onnx.onnx_model_info": "ONNXModelInfo ONNXPrecision ONNX_DTYPE_TO_PRECISION",
+        "libs.torch": "TorchExportResult TorchExporter",
+        "libs.torch.torch_exporter": "TorchExportResult TorchExporter",
+        "libs.torch_compile": "TorchCompileMode resolve_compile_dynamic",
+    },
+    ONE_MODULE: {
+        "module.exact_sample_metadata": "ExactSampleMetadata",
+        "module.forward_signature": "ForwardInputPath ForwardParameter ForwardSignature validate_forward_input_path",
+        "module.graph_spec": "GraphSpec",
+        "module.passthrough_module": "PassthroughModule",
+        "module.recording_module": "INPUT_METADATA_PREFIX OUTPUT_METADATA_PREFIX RecordingModule",
+        "module.sample_metadata": "SampleMetadata batch_tensor",
+        "module.tensor_spec": "InfoLevel TensorSpec",
+        "module.tuned_module": "TunedModule",
+        "module.wrapper_module": "DEFAULT_STRATEGY StrategyList StrategyMap get_object_name sanitize_model_name",
+    },
+    NO_REGISTRY: {
+        "module.locator": "Locator ObjectType get_class_data_fields_cached get_class_fields_set_cached "
+                          "get_object_fields",
+        "module_registry": "MODULE_REGISTRY ModuleRegistry",
+    },
+    REGION_LABELS: {
+        "performance.context": "AOT_MODULE_REGION_PREFIX PROFILED_RUN_REGION_NAME UNTUNED_MODULE_REGION_PREFIX",
+        "performance.markdown": "ReportDict",
+        "performance.runtime_profile": "PROFILER_KEY_AVERAGES_ROW_LIMIT",
+    },
+    ONE_PROCEDURE: {
+        "task": "MeasuringStopStrategy MeasuringStrategy ModelExecutionTimeMeasuringStrategy "
+                "NumStepsMeasuringStopStrategy ProfilingConfig ProfilingResultEvent ProfilingResults ProfilingStatus "
+                "StableWindowMeasuringStopStrategy get_inference_events profile",
+        "task.correctness": "CorrectnessDynamicShapeError CorrectnessInputMutationError CorrectnessTensorShapeError "
+                            "CorrectnessValueError check_dynamic_shape_boundary_inference "
+                            "check_inference_output_correctness",
+        "task.profiling": "AllSamplesProfilingStopStrategy MeasuringStopStrategy MeasuringStrategy "
+                          "ModelExecutionTimeMeasuringStrategy NumStepsMeasuringStopStrategy ProfilingConfig "
+                          "ProfilingResultEvent ProfilingResults ProfilingStatus ProfilingStopStrategy "
+                          "StableWindowMeasuringStopStrategy ThroughputSaturatedProfilingStopStrategy get_throughput "
+                          "is_throughput_saturated profile",
+        "task.profiling.config": "ProfilingConfig",
+        "task.profiling.events": "ProfilingResultEvent get_inference_events",
+        "task.profiling.measuring_stop_strategy": "MeasuringStopStrategy NumStepsMeasuringStopStrategy "
+                                                  "StableWindowMeasuringStopStrategy",
+        "task.profiling.measuring_strategy": "MeasuringStrategy ModelExecutionTimeMeasuringStrategy",
+        "task.profiling.metrics": "get_batch_size get_latency get_mean_executions_per_second get_throughput "
+                                  "is_throughput_saturated",
+        "task.profiling.profiling": "ProfilingResults ProfilingStatus profile profile_backend",
+        "task.profiling.profiling_stop_strategy": "AllSamplesProfilingStopStrategy ProfilingStopStrategy "
+                                                  "ThroughputSaturatedProfilingStopStrategy",
+        "tune_strategy.profiling_tune_strategy": "BackendPerfResult BackendProfilingResult ProfilingTuneStrategy",
+    },
+    NO_MIXINS: {
+        "task.find_max_batch_size": "find_max_batch_size find_max_throughput_for_backend "
+                                    "get_throughput_per_batch_size",
+        "tune_strategy.mixin": "FindMaxBatchSizeMixin PerformanceValidationMixin PerformanceValidationMixinResult",
+        "tune_strategy.mixin.find_max_batch_size_mixin": "FindMaxBatchSizeMixin",
+        "tune_strategy.mixin.performance_validation_mixin": "PerformanceValidationMixin "
+                                                            "PerformanceValidationMixinResult",
+        "tune_strategy.multi_backend_strategy": "MultiBackendStrategy",
+    },
+    REPORT: {
+        "tune_data.report_models": "BackendBuildReport ExceptionInfo GraphTuneReport ModuleInspectionReport "
+                                   "ModuleTuneReport SCHEMA_VERSION TuneRunReport",
+        "tune_data.reporting": "has_active_report report_backend_build report_backend_metric "
+                               "report_graph_baseline_metric report_graph_tune report_inspection_details "
+                               "report_module_tune report_tune_run report_tune_run_end report_tune_run_start "
+                               "snapshot_config",
+        "tune_strategy.formatting": "fmt_speedup_comparison fmt_speedup_msg fmt_speedup_msg_short",
+        "tune_strategy.latency_budget_strategy": "LatencyBudgetProfilingResult",
+        "tune_strategy.max_throughput_strategy": "MaxThroughputProfilingResult",
+        "tune_strategy.min_latency_strategy": "MinLatencyProfilingResult",
+    },
+    NO_HELPERS: {
+        "utils.cuda_utils": "assert_is_available get_device is_available set_device synchronize",
+        "utils.device": "get_device",
+        "utils.graph_break_detector": "GraphBreakDetector",
+        "utils.memory": "cleanup_memory cpu_cleanup cpu_cleanup_low_level gpu_cleanup release_transient_memory",
+        "utils.module": "count_parameters format_num_parameters get_forward_arguments_names get_module_device "
+                        "is_distributed_module move_module_to_device move_tensors_to_device offload "
+                        "offload_after_tuning",
+        "utils.path_utils": "MAX_FILENAME_BYTES format_file_size get_file_size sanitize_filename",
+        "utils.shapes": "axis_dims_for_shape_definition axis_dims_for_tensor build_dynamic_shapes log_dynamic_shapes "
+                        "make_batch_dim prepare_export_sample",
+        "utils.tensor": "format_tensor_name none_at_tensors",
+    },
+}
+
+#: AITune path below aitune.torch -> ((its names with no counterpart here, why), ...), the reasons in the
+#: order of _ABSENT_BY_REASON.
+ABSENT: dict[str, tuple[tuple[str, str], ...]] = {
+    path: tuple((names, why) for why, names in rows) for path, rows in _by_path(_ABSENT_BY_REASON).items()}
 
 
 def absent_names(path: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from aitune_ray.jit.patched import ModuleState
 from aitune_ray.jit.patcher import Patcher, jit_reset
 from aitune_ray.jit.tune import deferred, wait
 from tests.helpers import FAST_MEASURE
+from tests.jit_helpers import jit_tuning, one_backend
 
 REPO = Path(__file__).resolve().parents[1]
 EVENTS = {"started": threading.Event(), "release": threading.Event()}
@@ -95,28 +96,36 @@ class Breaks(nn.Module):
 
 
 def gate(block: bool = False):
-    """GateBackend chosen whenever it builds and is correct (speed is not what these tests are about)."""
-    strategy = ait.OneBackendStrategy(GateBackend(GateConfig(block=block)), measure_config=FAST_MEASURE)
-    return strategy.enable_performance_validation(False)
+    return one_backend(GateBackend(GateConfig(block=block)), FAST_MEASURE)
 
 
 @pytest.fixture(autouse=True)
 def jit(tmp_path):
+    # InlineExecutor(0): no confirm session, the verdict is the build's
+    with jit_tuning(gate(), ait.InlineExecutor(0), tmp_path / "cache") as config:
+        for event in EVENTS.values():
+            event.clear()
+        COUNTS.update(build=0, infer=0, load=0)
+        BUILD_THREADS.clear()
+        yield config
+        EVENTS["release"].set()   # a build a failed test left waiting finishes
+        if Patcher.tuner is not None:
+            assert Patcher.tuner.wait(WAIT_S)
+
+
+def first_run(x) -> None:
+    """A blocking run that tunes one Affine on x, leaving its decision in the cache."""
+    jit_config.blocking = True
+    Patcher.patch_torch()
+    Affine()(x)
+
+
+def next_run() -> None:
+    """The same program run again: nothing tracked, torch patched again, the counts at zero (the config and
+    the decision cache stay)."""
     jit_reset()
-    jit_config.reset_to_defaults()
-    jit_config.strategy = gate()
-    jit_config.executor = ait.InlineExecutor(0)   # no confirm session: the verdict is the build's
-    jit_config.cache_dir = tmp_path / "cache"
-    for event in EVENTS.values():
-        event.clear()
+    Patcher.patch_torch()
     COUNTS.update(build=0, infer=0, load=0)
-    BUILD_THREADS.clear()
-    yield jit_config
-    EVENTS["release"].set()   # a build a failed test left waiting finishes
-    if Patcher.tuner is not None:
-        assert Patcher.tuner.wait(WAIT_S)
-    jit_reset()
-    jit_config.reset_to_defaults()
 
 
 def tracked(module) -> "ait.jit.patched.PatchedModule":
@@ -170,17 +179,13 @@ def test_min_samples_and_batch_axis_wait_for_two_batch_sizes():
 
 
 def test_the_next_run_starts_tuned_from_the_cache_and_a_changed_module_misses_it():
-    jit_config.blocking = True
-    Patcher.patch_torch()
     x = torch.randn(4, 3)
-    Affine()(x)
+    first_run(x)
     assert COUNTS["build"] == 1
     decision = json.loads(next((jit_config.cache_dir).glob("*/decision.json")).read_text())
     assert decision["verdict"] == "tuned"
 
-    jit_reset()                                   # the next run of the same program
-    Patcher.patch_torch()
-    COUNTS.update(build=0, infer=0, load=0)
+    next_run()
     model = Affine()
     torch.testing.assert_close(model(x), x * model.weight + model.bias)
     assert COUNTS["build"] == 0 and Patcher.tuner.builds == 0 and COUNTS["load"] == 1
@@ -275,18 +280,14 @@ def test_the_autowrapt_entry_point_names_the_enabling_function():
 
 
 def test_a_damaged_cached_checkpoint_is_a_miss_and_the_module_is_tuned_again():
-    jit_config.blocking = True
-    Patcher.patch_torch()
     x = torch.randn(4, 3)
-    Affine()(x)
+    first_run(x)
     (saved,) = jit_config.cache_dir.glob("*/module.ait")
     data = bytearray(saved.read_bytes())
     data[len(data) // 2] ^= 0xFF
     saved.write_bytes(bytes(data))
 
-    jit_reset()
-    Patcher.patch_torch()
-    COUNTS.update(build=0, infer=0, load=0)
+    next_run()
     model = Affine()
     torch.testing.assert_close(model(x), x * model.weight + model.bias)
     assert COUNTS["load"] == 0 and Patcher.tuner.builds == 1 and tracked(model).state is ModuleState.TUNED
@@ -295,8 +296,7 @@ def test_a_damaged_cached_checkpoint_is_a_miss_and_the_module_is_tuned_again():
 def test_a_backend_that_calls_the_module_itself_reaches_its_forward():
     """TorchEagerBackend (as Inductor's compiled module) calls the tuned module: that call runs as written."""
     jit_config.blocking = True
-    strategy = ait.OneBackendStrategy(ait.backend.TorchEagerBackend(), measure_config=FAST_MEASURE)
-    jit_config.strategy = strategy.enable_performance_validation(False)
+    jit_config.strategy = one_backend(ait.backend.TorchEagerBackend(), FAST_MEASURE)
     Patcher.patch_torch()
     model = Affine()
     x = torch.randn(4, 3)

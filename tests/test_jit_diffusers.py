@@ -7,9 +7,6 @@ and is correct) keeps it short: the test is about the JIT mode's path through a 
 from __future__ import annotations
 
 import importlib.util
-import runpy
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,14 +14,11 @@ import torch
 
 import aitune_ray as ait
 from aitune_ray.jit import registry
-from aitune_ray.jit.config import config as jit_config
 from aitune_ray.jit.patched import ModuleState
-from aitune_ray.jit.patcher import Patcher, jit_reset
+from aitune_ray.jit.patcher import Patcher
 from aitune_ray.jit.tune import wait
 from aitune_ray.measure.timing import MeasureConfig
-
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "jit" / "deferred.py"
+from tests.jit_helpers import jit_tuning, one_backend, run_example
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("diffusers") is None
                                 or importlib.util.find_spec("transformers") is None,
@@ -32,24 +26,15 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("diffusers") is None
 
 
 @pytest.fixture
-def jit(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO))
-    jit_reset()
-    jit_config.reset_to_defaults()
-    strategy = ait.OneBackendStrategy(ait.backend.TorchEagerBackend(), measure_config=MeasureConfig(
-        warmup_runs=1, min_runs=3, max_runs=5, max_seconds=0.05, latency_runs=0))
-    jit_config.strategy = strategy.enable_performance_validation(False)
-    jit_config.executor = ait.InlineExecutor(0)
-    jit_config.cache_dir = None
-    yield jit_config
-    jit_reset()
-    jit_config.reset_to_defaults()
+def jit():
+    measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=5, max_seconds=0.05, latency_runs=0)
+    with jit_tuning(one_backend(ait.backend.TorchEagerBackend(), measure), ait.InlineExecutor(0), None) as config:
+        yield config
 
 
 @pytest.mark.slow
 def test_the_deferred_example_tunes_a_stable_diffusion_pipeline_after_the_marker(jit):
-    sys.modules.pop("aitune_ray.jit.enable", None)   # its import is what enables JIT tuning, as in a new process
-    done = runpy.run_path(str(EXAMPLE), run_name="deferred")
+    done = run_example("deferred")
     pipe, first, second = done["pipe"], done["first"], done["second"]
     heads = {type(h.__wrapped__).__name__: h for h in registry.heads}
     assert {"CLIPTextModel", "UNet2DConditionModel"} <= set(heads)

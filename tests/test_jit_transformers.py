@@ -6,23 +6,17 @@ cheapest real backend here), builds contained in a child process (the JIT defaul
 from __future__ import annotations
 
 import importlib.util
-import runpy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import aitune_ray as ait
 from aitune_ray.jit import registry
-from aitune_ray.jit.config import config as jit_config
 from aitune_ray.jit.patched import ModuleState
 from aitune_ray.jit.patcher import Patcher, jit_reset
 from aitune_ray.jit.tune import wait
 from aitune_ray.measure.timing import MeasureConfig
-
-REPO = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO / "examples" / "jit" / "quickstart.py"
+from tests.jit_helpers import jit_tuning, one_backend, run_example
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None
                                 or importlib.util.find_spec("onnxruntime") is None,
@@ -31,25 +25,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None
 
 @pytest.fixture
 def jit(tmp_path):
-    jit_reset()
-    jit_config.reset_to_defaults()
-    strategy = ait.OneBackendStrategy(ait.backend.ONNXRuntimeBackend(), measure_config=MeasureConfig(
-        warmup_runs=1, min_runs=3, max_runs=10, max_seconds=0.1, latency_runs=0))
-    jit_config.strategy = strategy.enable_performance_validation(False)   # chosen when it builds and is correct
-    jit_config.executor = ait.InlineExecutor(0, contain=True)
-    jit_config.cache_dir = tmp_path / "cache"
-    yield jit_config
-    jit_reset()
-    jit_config.reset_to_defaults()
-
-
-def run_quickstart() -> dict:
-    sys.modules.pop("aitune_ray.jit.enable", None)   # its import is what enables JIT tuning, as in a new process
-    return runpy.run_path(str(QUICKSTART), run_name="quickstart")
+    measure = MeasureConfig(warmup_runs=1, min_runs=3, max_runs=10, max_seconds=0.1, latency_runs=0)
+    with jit_tuning(one_backend(ait.backend.ONNXRuntimeBackend(), measure), ait.InlineExecutor(0, contain=True),
+                    tmp_path / "cache") as config:
+        yield config
 
 
 def test_the_jit_quick_start_tunes_a_transformers_model_and_the_next_run_starts_tuned(jit):
-    done = run_quickstart()
+    done = run_example("quickstart")
     model, inputs, first = done["model"], done["inputs"], done["first"]
     (head,) = registry.heads
     assert head.__wrapped__ is model and head.samples.calls_seen >= 1
@@ -64,7 +47,7 @@ def test_the_jit_quick_start_tunes_a_transformers_model_and_the_next_run_starts_
     assert Patcher.tuner.builds == 1
 
     jit_reset()                                      # the next run of the script
-    again = run_quickstart()
+    again = run_example("quickstart")
     (head,) = registry.heads
     assert head.state is ModuleState.TUNED and head.info.startswith("cached")
     assert head.switched_at_call == 1 and Patcher.tuner.builds == 0

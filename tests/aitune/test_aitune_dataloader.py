@@ -9,13 +9,18 @@ from aitune_ray.dataloader import (DataLoaderFactory, DatasetLike, InputConfig, 
                                    ensure_enough_samples, samples_generator)
 
 
-
 def tuning_loop(dataset: DatasetLike, batch_sizes: list[int]) -> list:
     return list(samples_generator(dataset, batch_sizes))
 
 
 def first(samples):
     return samples[0]
+
+
+def image_and_labels() -> list[InputConfig]:
+    """A 3-channel image from 24 to 48 pixels a side as `input`, and a one-element `labels`."""
+    return [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input"),
+            InputConfig(min_input=(1,), max_input=(1,), kwarg_name="labels")]
 
 
 def test_simple_sequence_map():
@@ -65,9 +70,7 @@ def test_resnet_dataset_synthetic():
 
 
 def test_dynamic_shapes():
-    dataset = MinMaxRandomDataset(25, [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input"),
-                                       InputConfig(min_input=(1,), max_input=(1,), kwarg_name="labels")],
-                                  include_min_max_shapes=False)
+    dataset = MinMaxRandomDataset(25, image_and_labels(), include_min_max_shapes=False)
     samples = tuning_loop(dataset, [4])
     assert len(samples) == 25
     bs, args, kwargs = first(samples)
@@ -79,9 +82,7 @@ def test_dynamic_shapes():
 
 
 def test_dynamic_shapes_with_min_max_only():
-    dataset = MinMaxRandomDataset(2, [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input"),
-                                      InputConfig(min_input=(1,), max_input=(1,), kwarg_name="labels")],
-                                  include_min_max_shapes=True)
+    dataset = MinMaxRandomDataset(2, image_and_labels(), include_min_max_shapes=True)
     samples = tuning_loop(dataset, [4])
     assert len(samples) == 2
     for (bs, args, kwargs), side in zip(samples, (24, 48)):
@@ -92,17 +93,16 @@ def test_dynamic_shapes_with_min_max_only():
 
 
 def test_dynamic_shapes_number_of_samples_fails():
-    MinMaxRandomDataset(1, [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input")],
-                        include_min_max_shapes=False)
+    image = image_and_labels()[:1]
+    MinMaxRandomDataset(1, image, include_min_max_shapes=False)   # one sample is enough without the min and max
     with pytest.raises(ValueError, match="num_samples must be at least 2"):
-        MinMaxRandomDataset(1, [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input")],
-                            include_min_max_shapes=True)
+        MinMaxRandomDataset(1, image, include_min_max_shapes=True)
 
 
 def test_dynamic_shapes_fails():
     with pytest.raises(ValueError, match="All input configs must have either a kwarg_name or none"):
-        MinMaxRandomDataset(2, [InputConfig(min_input=(3, 24, 24), max_input=(3, 48, 48), kwarg_name="input"),
-                                InputConfig(min_input=(1,), max_input=(1,))], include_min_max_shapes=False)
+        MinMaxRandomDataset(2, [image_and_labels()[0], InputConfig(min_input=(1,), max_input=(1,))],
+                            include_min_max_shapes=False)
 
 
 @pytest.mark.skip(reason="needs GPT-2's tokenizer and a dataset from the Hugging Face hub (no network in CI)")

@@ -9,23 +9,9 @@ from aitune_ray.dataloader import DataLoaderFactory
 from aitune_ray.inspecting import inspect
 from aitune_ray.inspecting.module_info import InspectedModulesInfo, ModuleInfo
 from aitune_ray.measure.timing import use_clock
+from tests.aitune.models import Nested, ObjectWithAttributes, ObjectWithoutModules
 
 ITERATIONS = 10
-
-
-@pytest.fixture
-def simple_model():
-    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
-
-
-class Nested(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(10, 10)
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.relu(self.linear(x))
 
 
 class Looping:
@@ -155,29 +141,12 @@ def test_inspect_with_custom_object(sample_dataset):
 
 
 def test_inspect_with_custom_object_without_modules(sample_dataset):
-    class CustomObject:
-        def __init__(self):
-            self.data = torch.randn(10, 10)
-
-        def __call__(self, x):
-            return x + self.data
-
-    info = inspect(CustomObject(), sample_dataset)
+    info = inspect(ObjectWithoutModules(), sample_dataset)
     assert isinstance(info, InspectedModulesInfo) and len(info.get_modules()) == 0
 
 
 def test_inspect_with_custom_object_with_attributes(sample_dataset):
-    class CustomObject:
-        def __init__(self):
-            self.model = nn.Linear(10, 20)
-            self.data = torch.randn(5, 5)
-            self.list_data = [1, 2, 3]
-            self.dict_data = {"key": "value"}
-
-        def __call__(self, x):
-            return self.model(x)
-
-    modules = inspect(CustomObject(), sample_dataset).get_modules()
+    modules = inspect(ObjectWithAttributes(), sample_dataset).get_modules()
     assert len(modules) > 0 and any(m.forward_called for m in modules)
 
 

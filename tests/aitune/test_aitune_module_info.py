@@ -3,14 +3,8 @@ test_module_info.py), ported: the same model and assertions, `aitune.torch` read
 
 import pytest
 import torch
-from torch import nn
 
 from aitune_ray.inspecting.module_info import ModuleInfo
-
-
-@pytest.fixture
-def simple_model():
-    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
 
 
 @pytest.fixture

@@ -12,17 +12,19 @@ from aitune_ray.backend import TorchEagerBackend
 from aitune_ray.performance import PerformanceProfile
 
 
-class TinyKeywordModel(torch.nn.Module):
-    def __init__(self):
+class TinyLinear(torch.nn.Module):
+    """One Linear(4, out_features), called on x (AITune's TinyKeywordModel, TinyAotModel and BoomVae)."""
+
+    def __init__(self, out_features: int = 2):
         super().__init__()
-        self.linear = torch.nn.Linear(4, 2)
+        self.linear = torch.nn.Linear(4, out_features)
 
     def forward(self, x):
         return self.linear(x)
 
 
 def test_profile_returns_in_memory_data_without_files_by_default(tmp_path):
-    model = TinyKeywordModel().eval()
+    model = TinyLinear().eval()
 
     def inference_function(**kwargs):
         with torch.inference_mode():
@@ -90,16 +92,8 @@ def test_markdown_includes_residual_for_run_without_regions():
 
 
 def test_profile_records_tuned_aot_module_regions(tmp_path):
-    class TinyAotModel(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.linear(x)
-
     name = "attributed-linear"
-    model = ait.Module(TinyAotModel(), name,
+    model = ait.Module(TinyLinear(out_features=4), name,
                        strategy=ait.OneBackendStrategy(TorchEagerBackend()).enable_find_max_batch_size(False))
     sample = torch.ones(1, 4)
     model(sample)
@@ -117,7 +111,7 @@ def test_profile_records_tuned_aot_module_regions(tmp_path):
     assert all(run["regions"][0]["cpu_time_us"] > 0 for run in report["runs"])
     assert all(0 < run["regions"][0]["cpu_time_fraction"] <= 1 for run in report["runs"])
     assert report["regions"] == [{"id": f"aot_module:{name}", "name": name, "kind": "aot_managed_module",
-                                  "module_type": f"{TinyAotModel.__module__}.{TinyAotModel.__qualname__}",
+                                  "module_type": f"{TinyLinear.__module__}.{TinyLinear.__qualname__}",
                                   "wrapper_state": "tuned"}]
     assert report["warnings"] == []
     region = f"aitune.performance.aot_module:{name}"
@@ -128,14 +122,7 @@ def test_profile_records_tuned_aot_module_regions(tmp_path):
 
 
 def test_profile_propagates_inference_exception_and_restores_state():
-    class BoomVae(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.layer(x)
-
+    class BoomVae(TinyLinear):
         def decode(self, x):
             raise RuntimeError("inference failure")
 

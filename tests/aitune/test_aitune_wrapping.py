@@ -1,39 +1,30 @@
 """AITune 0.6.0's unit tests of aitune.torch.inspecting.wrapping (tests/unit/torch/inspecting/test_wrapping.py),
 ported: the same models and assertions, `aitune.torch` read as `aitune_ray`; AITune's private `_self_name` and
-`_self_strategy` are read as the wrapper's `name` and `strategy`."""
+`_self_strategy` are read as the wrapper's `name` and `strategy`. A module here is tuned as one graph on every
+recorded shape, so strategies= takes a list of one strategy: AITune's tests of several strategies, as a list or
+a map by input signature, check here that they are refused naming strategy= (docs/aitune.md, Module)."""
 
 import pytest
 import torch
 from torch import nn
 
 from aitune_ray.backend import TensorRTBackend, TorchInductorJitBackend
+from aitune_ray.errors import ConfigError
 from aitune_ray.inspecting.module_info import DictOfModulesInfo, ListOfModulesInfo, ModuleInfo
 from aitune_ray.inspecting.wrapping import wrap
 from aitune_ray.module.wrapper_module import Module
 from aitune_ray.tune_strategy import FirstWinsStrategy, OneBackendStrategy
-
-ONE_STRATEGY = ("deliberate: a module is tuned as one graph on every recorded shape, so strategies= takes a list "
-                "of one strategy; several, or a map by input signature, are refused naming strategy= "
-                "(docs/aitune.md, Module)")
-
-
-@pytest.fixture
-def simple_model():
-    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
-
-
-class Nested(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(5, 10)
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.relu(self.linear(x))
-
+from tests.aitune.models import Nested, ObjectWithAttributes, ObjectWithoutModules
 
 def strategy():
     return FirstWinsStrategy(backends=[TorchInductorJitBackend(), TensorRTBackend()])
+
+
+def wrap_attributes(obj, *names: str, **kwargs):
+    """wrap(obj, ...) given each named attribute of obj as a module whose parent is obj (AITune's tests spell
+    that ModuleInfo list out in each test)."""
+    parent = ModuleInfo(module=obj)
+    return wrap(obj, [ModuleInfo(name=name, module=getattr(obj, name), parent=parent) for name in names], **kwargs)
 
 
 def test_wrap_root_module(simple_model):
@@ -43,18 +34,16 @@ def test_wrap_root_module(simple_model):
 
 
 def test_wrap_submodule():
-    model = Nested()
-    wrapped = wrap(model, [ModuleInfo(name="linear", module=model.linear, parent=ModuleInfo(module=model))])
+    model = Nested(in_features=5)
+    wrapped = wrap_attributes(model, "linear")
     assert not isinstance(wrapped, Module)
     assert isinstance(wrapped.linear, Module) and wrapped.linear.name == "linear"
     assert wrapped is model
 
 
 def test_wrap_multiple_modules():
-    model = Nested()
-    parent = ModuleInfo(module=model)
-    wrapped = wrap(model, [ModuleInfo(name="linear", module=model.linear, parent=parent),
-                           ModuleInfo(name="relu", module=model.relu, parent=parent)])
+    model = Nested(in_features=5)
+    wrapped = wrap_attributes(model, "linear", "relu")
     assert isinstance(model.linear, Module) and isinstance(model.relu, Module)
     assert (model.linear.name, model.relu.name) == ("linear", "relu")
     assert wrapped is model
@@ -67,15 +56,19 @@ def test_wrap_with_strategy(simple_model):
     assert wrapped.strategy.__class__ == chosen.__class__
 
 
-@pytest.mark.skip(reason=ONE_STRATEGY)
 def test_wrap_with_strategies_list(simple_model):
-    wrap(simple_model, [ModuleInfo(module=simple_model)],
-         strategies=[strategy(), OneBackendStrategy(backend=TorchInductorJitBackend())])
+    with pytest.raises(ConfigError, match="strategy="):
+        wrap(simple_model, [ModuleInfo(module=simple_model)],
+             strategies=[strategy(), OneBackendStrategy(backend=TorchInductorJitBackend())])
+    wrapped = wrap(simple_model, [ModuleInfo(module=simple_model)], strategies=[strategy()])   # a list of one
+    assert isinstance(wrapped, Module) and isinstance(wrapped.strategy, FirstWinsStrategy)
 
 
-@pytest.mark.skip(reason=ONE_STRATEGY)
 def test_wrap_with_strategies_map(simple_model):
-    """AITune's test keys two strategies by ToyTorchModel's input metadata."""
+    """AITune's test keys two strategies by its model's input metadata."""
+    with pytest.raises(ConfigError, match="strategy="):
+        wrap(simple_model, [ModuleInfo(module=simple_model)],
+             strategies={"x": strategy(), "y": OneBackendStrategy(backend=TorchInductorJitBackend())})
 
 
 def test_wrap_empty_modules_list(simple_model):
@@ -103,9 +96,7 @@ def test_wrap_custom_object():
         def __call__(self, x):
             return self.model(x)
 
-    obj = CustomObject()
-    wrapped = wrap(obj, [ModuleInfo(name="model", module=obj.model, parent=ModuleInfo(module=obj))],
-                   strategy=strategy())
+    wrapped = wrap_attributes(CustomObject(), "model", strategy=strategy())
     assert isinstance(wrapped, CustomObject) and isinstance(wrapped.model, Module)
 
 
@@ -125,9 +116,7 @@ def test_wrap_custom_object_nested():
         def __call__(self, x):
             return self.layer(x)
 
-    obj = CustomObject()
-    wrapped = wrap(obj, [ModuleInfo(name="layer", module=obj.layer, parent=ModuleInfo(module=obj))],
-                   strategy=strategy())
+    wrapped = wrap_attributes(CustomObject(), "layer", strategy=strategy())
     assert isinstance(wrapped, CustomObject) and isinstance(wrapped.layer, Module)
 
 
@@ -140,41 +129,19 @@ def test_wrap_custom_object_multiple_modules():
         def __call__(self, x):
             return self.model2(self.model1(x))
 
-    obj = CustomObject()
-    parent = ModuleInfo(module=obj)
-    wrapped = wrap(obj, [ModuleInfo(name="model1", module=obj.model1, parent=parent),
-                         ModuleInfo(name="model2", module=obj.model2, parent=parent)], strategy=strategy())
+    wrapped = wrap_attributes(CustomObject(), "model1", "model2", strategy=strategy())
     assert isinstance(wrapped, CustomObject)
     assert isinstance(wrapped.model1, Module) and isinstance(wrapped.model2, Module)
 
 
 def test_wrap_custom_object_without_modules():
-    class CustomObject:
-        def __init__(self):
-            self.data = torch.randn(5, 5)
-
-        def __call__(self, x):
-            return x + self.data
-
-    wrapped = wrap(CustomObject(), [], strategy=strategy())
-    assert isinstance(wrapped, CustomObject) and not isinstance(wrapped.data, Module)
+    wrapped = wrap(ObjectWithoutModules(), [], strategy=strategy())
+    assert isinstance(wrapped, ObjectWithoutModules) and not isinstance(wrapped.data, Module)
 
 
 def test_wrap_custom_object_with_attributes():
-    class CustomObject:
-        def __init__(self):
-            self.model = nn.Linear(10, 20)
-            self.data = torch.randn(5, 5)
-            self.list_data = [1, 2, 3]
-            self.dict_data = {"key": "value"}
-
-        def __call__(self, x):
-            return self.model(x)
-
-    obj = CustomObject()
-    wrapped = wrap(obj, [ModuleInfo(name="model", module=obj.model, parent=ModuleInfo(module=obj))],
-                   strategy=strategy())
-    assert isinstance(wrapped, CustomObject) and isinstance(wrapped.model, Module)
+    wrapped = wrap_attributes(ObjectWithAttributes(), "model", strategy=strategy())
+    assert isinstance(wrapped, ObjectWithAttributes) and isinstance(wrapped.model, Module)
     assert not any(isinstance(v, Module) for v in (wrapped.data, wrapped.list_data, wrapped.dict_data))
 
 

@@ -3,9 +3,6 @@ MinMaxRandomDataset from InputConfigs) are batched one sample per batch, repeate
 shape, so the backend is built for the dynamic dimensions' range: a tiny BERT tuned on a dataset of variable
 sequence lengths runs a length it never saw on the chosen ONNX Runtime graph."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -14,9 +11,7 @@ from aitune_ray.backend import ONNXRuntimeBackend, ONNXRuntimeBackendConfig
 from aitune_ray.dataloader import (DataLoaderFactory, DynamicShapeDataset, InputConfig, MinMaxRandomDataset,
                                    SingleBatchDatasetWrapper, ensure_enough_samples, samples_generator)
 from aitune_ray.errors import DatasetError
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from helpers import FAST_MEASURE  # noqa: E402
+from tests.helpers import FAST_MEASURE
 
 
 def shapes(dataset, batch_sizes, name=None):

@@ -14,7 +14,11 @@ import pytest
 
 import aitune_ray
 from aitune_ray import aitune_paths
+from aitune_ray.errors import AbsentNameError
 from aitune_ray.jit.patcher import jit_reset
+from tests.aitune import make_module_list
+
+MODULES = json.loads(make_module_list.OUT.read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -23,13 +27,6 @@ def no_jit_afterwards():
     here leaves it off again, so that no later test's modules are tracked (and kept alive) by it."""
     yield
     jit_reset()
-from aitune_ray.errors import AbsentNameError
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import make_module_list  # noqa: E402
-
-MODULES = json.loads((HERE / "aitune_modules.json").read_text())
 
 
 def _local(dotted: str) -> str:
