@@ -17,7 +17,8 @@ from aitune_ray.decision.agreement import AGREES, CONTEXT_MISMATCH, HOST_UNFIT, 
 from aitune_ray.decision.verdict import HOST_UNFIT as UNFIT_VERDICT
 from aitune_ray.measure import timing
 from aitune_ray.measure.request import DEFAULT_ROUNDS, ServingContext, ThreadsChanged, TimingRequest
-from aitune_ray.measure.timing import MeasureConfig
+from aitune_ray.decision.rule import intervals
+from aitune_ray.measure.timing import MIX, MeasureConfig
 from aitune_ray.model.samples import Sample, SampleStore
 from aitune_ray.report.answer import answer
 from aitune_ray.testing import SimAffine, sim
@@ -58,7 +59,31 @@ def test_the_session_runs_in_the_requested_torch_thread_count_and_restores_it(ti
     assert set(seen) == {wanted} and torch.get_num_threads() == before
     assert session.context.torch_threads == wanted and session.context.process == "driver"
     assert session.describe() == f"cpu with {wanted} torch thread{'s' if wanted != 1 else ''}"
-    assert {bs: len(r) for bs, r in session.rounds_ms("candidate").items()} == {1: 4, 2: 4}
+    assert {bs: len(r) for bs, r in session.rounds_ms("candidate").items()} == {1: 4, 2: 4, MIX: 4}
+
+
+def test_the_figure_over_the_recorded_calls_is_timed_on_passes_in_the_order_recorded(ticking):
+    """A confirm session also times passes over every recorded call in the order recorded (sizes interleaved,
+    as a serving loop calls them); the speedup over the mix comes from those passes, not from the sizes'."""
+    seen = []
+
+    def call(x):
+        seen.append(x.shape[0])
+        return x
+
+    recorded = store((1, 2, 2, 1))
+    confirm = TimingRequest.paired("confirm", "cpu", rounds=2, measure=QUICK)
+    assert confirm.mix and not TimingRequest.paired("screen", "cpu", measure=QUICK).mix
+    before = len(seen)
+    confirm.run({"eager": call}, recorded)
+    calls = seen[before:]
+    assert [1, 2, 2, 1] * 3 == calls[-12:]   # the last rounds: whole passes, in the recorded order
+    # the mix's interval: from the passes where both were timed so (2x), else composed from the sizes (1x)
+    by_size = {1: [1.0] * 30, 2: [2.0] * 30}
+    eager, candidate = {**by_size, MIX: [6.0] * 30}, {**by_size, MIX: [3.0] * 30}
+    overall, per = intervals(eager, candidate, {1: 2, 2: 2}, 0.95)
+    assert overall.median == pytest.approx(2.0) and {bs: i.median for bs, i in per.items()} == {1: 1.0, 2: 1.0}
+    assert intervals(by_size, by_size, {1: 2, 2: 2}, 0.95)[0].median == pytest.approx(1.0)
 
 
 def test_rounds_and_context_travel_in_the_request_as_plain_data():

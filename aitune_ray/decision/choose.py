@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aitune_ray.decision.objective import SPEEDUP, Objective
 from aitune_ray.decision.rule import Rule, control_fits, eager_spread, judge
+from aitune_ray.measure.timing import MIX
 from aitune_ray.decision.session import Session
 from aitune_ray.decision.verdict import (CONFIRM_FAILED, DISPATCH, FASTER, HOST_UNFIT, INCONCLUSIVE, NO_CANDIDATE,
                                          NOT_FASTER, OVER_BUDGET, VALIDATION_OFF, Verdict)
@@ -65,8 +66,9 @@ def decide(session: Session | None, finalists: list[str], mix: dict[int, int], r
     spread, where = eager_spread(session.eager, session.control)
     if spread > rule.spread_tolerance:
         out.kind = HOST_UNFIT
-        out.why = (f"eager against itself spread {1 + spread:.2f}x (p90 over p10 of its paired rounds) at batch "
-                   f"size {where} within the confirm session, more than the A/A guard's "
+        at = "over the passes of the recorded calls" if where == MIX else f"at batch size {where}"
+        out.why = (f"eager against itself spread {1 + spread:.2f}x (p90 over p10 of its paired rounds) {at} "
+                   f"within the confirm session, more than the A/A guard's "
                    f"{1 + rule.spread_tolerance:.2f}x: the host's load moved under the session, so no figure of "
                    f"it holds; tune again on a quiet host (nothing else running, or fewer serving_threads than "
                    f"cores)")

@@ -25,6 +25,7 @@ import dataclasses
 from aitune_ray.decision.verdict import FASTER, INCONCLUSIVE, NOT_FASTER, SLOWER, Judgement
 from aitune_ray.errors import ConfigError
 from aitune_ray.measure.statistics import paired_interval
+from aitune_ray.measure.timing import MIX
 
 Series = dict[int, list[float]]   # batch size -> milliseconds per call, one entry per round
 
@@ -77,14 +78,20 @@ class Rule:
 
 
 def intervals(eager: Series, candidate: Series, mix: dict[int, int], confidence: float):
-    """(over the mix, {batch size: interval}) of the paired per-round speedup of candidate over eager."""
+    """(over the mix, {batch size: interval}) of the paired per-round speedup of candidate over eager. Over the
+    mix: from the passes over the recorded calls in their order (the MIX group) where both were timed so,
+    else composed from the sizes' rounds, each size weighted by its calls."""
     sizes = [bs for bs in mix if mix[bs] > 0]
     n = min(len(eager[bs]) for bs in sizes)
     n = min([n] + [len(candidate[bs]) for bs in sizes])
     e = {bs: list(eager[bs][:n]) for bs in sizes}
     c = {bs: list(candidate[bs][:n]) for bs in sizes}
-    overall = paired_interval(e, c, {bs: mix[bs] for bs in sizes}, confidence)
     per = {bs: paired_interval({bs: e[bs]}, {bs: c[bs]}, {bs: 1}, confidence) for bs in sizes}
+    if len(sizes) > 1 and eager.get(MIX) and candidate.get(MIX):
+        m = min(len(eager[MIX]), len(candidate[MIX]))
+        overall = paired_interval({MIX: eager[MIX][:m]}, {MIX: candidate[MIX][:m]}, {MIX: 1}, confidence)
+    else:
+        overall = paired_interval(e, c, {bs: mix[bs] for bs in sizes}, confidence)
     return overall, per
 
 
@@ -112,7 +119,8 @@ SPREAD_MIN_ROUNDS = 20
 
 def eager_spread(eager: Series, control: Series) -> tuple[float, int | None]:
     """(eager's largest spread against itself within the session: p90 / p10 - 1 of control / eager round by
-    round at one batch size; that size). (0, None) where no size has SPREAD_MIN_ROUNDS rounds."""
+    round at one batch size or over the recorded calls' passes (MIX); where). (0, None) where no group has
+    SPREAD_MIN_ROUNDS rounds."""
     worst, where = 0.0, None
     for bs, rounds in eager.items():
         ordered = sorted(c / e for e, c in zip(rounds, control.get(bs, [])) if e > 0)

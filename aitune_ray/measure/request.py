@@ -43,6 +43,10 @@ PAIRED, ALONE = "paired", "alone"
 DEFAULT_ROUNDS = {"baseline": 0, "profile": 0, "screen": 8, "confirm": 60, "deploy": 20, "loaded": 20,
                   "kernel": 0, "kernel-confirm": 60}
 
+#: The sessions whose figure over the recorded calls is shown: each also times passes over the recorded calls
+#: in their order (timing.profile_side_by_side's mix), so that figure is measured as a serving loop reads it.
+MIX_PURPOSES = ("confirm", "deploy", "loaded")
+
 #: The kind of process this one is, for the sessions it runs: "driver" (the user's, that called tune()),
 #: "actor" (a Ray tuner actor) or "child" (a contained build). Set once at a process's start (set_process_kind).
 _process_kind = "driver"
@@ -120,6 +124,7 @@ class TimingRequest:
     mode: str = PAIRED
     names: tuple = ()
     seed: int = 0
+    mix: bool = False   # also a pass over the recorded calls in their order (MIX_PURPOSES)
 
     def __post_init__(self):
         if isinstance(self.context, dict):
@@ -135,6 +140,7 @@ class TimingRequest:
     def paired(cls, purpose: str, device, context: ServingContext | None = None, rounds: int | None = None,
                measure: MeasureConfig | dict | None = None, **extra) -> "TimingRequest":
         """Paired shuffled rounds; rounds None: DEFAULT_ROUNDS[purpose]."""
+        extra.setdefault("mix", purpose in MIX_PURPOSES)
         return cls(purpose, str(device), DEFAULT_ROUNDS[purpose] if rounds is None else rounds,
                    context or ServingContext(), _plain(measure), PAIRED, **extra)
 
@@ -179,7 +185,8 @@ class TimingRequest:
             if self.mode == ALONE:
                 return {name: timing.profile_samples(call, samples, device, self.config)
                         for name, call in calls.items()}
-            return timing.profile_side_by_side(calls, samples, device, self._rounds(), self.config, self.seed)
+            return timing.profile_side_by_side(calls, samples, device, self._rounds(), self.config, self.seed,
+                                               mix=self.mix)
 
         return self._session(list(calls), device, body)
 

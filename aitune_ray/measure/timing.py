@@ -313,7 +313,8 @@ def profile_samples(call: Callable, samples, device: torch.device,
 
 
 def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.device, rounds: int = 30,
-                         config: MeasureConfig | None = None, seed: int = 0) -> dict[str, dict[int, Timing]]:
+                         config: MeasureConfig | None = None, seed: int = 0,
+                         mix: bool = False) -> dict[str, dict[int, Timing]]:
     """Paired, interleaved rounds: {name: {batch size: Timing}} whose rounds_ms are paired by index.
 
     Every call first sees every recorded batch size once (see_every_size: a backend restored from its
@@ -322,13 +323,25 @@ def profile_side_by_side(calls: dict[str, Callable], samples, device: torch.devi
     load (the module docstring says why), then the rounds, back to back. Every round times every call once,
     in an order shuffled anew for each round (seeded: the same seed gives the same orders), so that drift
     and periodic interference hit them alike and each round is a paired comparison. Each call cycles
-    through that size's samples."""
+    through that size's samples.
+
+    mix (with more than one batch size): one more group, MIX, whose call is one pass over every recorded
+    call in the order recorded, sizes interleaved, as a serving loop makes them: the figure over the recorded
+    calls is measured, not composed from the sizes' own (switching sizes has costs of its own, and not the
+    same for eager and a compiled candidate)."""
     cfg = config or MeasureConfig()
     see_every_size(calls, samples, device)
     sizes = samples.batch_sizes()
     groups = {bs: {name: _cycling(call, [s for s in samples if s.batch_size == bs]) for name, call in calls.items()}
               for bs in sizes}
+    if mix and len(sizes) > 1:
+        groups[MIX] = {name: _pass(call, list(samples)) for name, call in calls.items()}
     return paired_rounds(groups, device, rounds, cfg, seed)
+
+
+#: The group of a side-by-side session that times one pass over every recorded call in the order recorded
+#: (profile_side_by_side's mix): not a batch size.
+MIX = -1
 
 
 #: In side-by-side rounds, a callable up to this many times slower than the baseline times as many calls per
@@ -381,6 +394,16 @@ def paired_rounds(groups: dict, device: torch.device, rounds: int, config: Measu
             if timing.recompiles:
                 logger.warning("%s recompiled %d time(s) while timed side by side at %s", name, timing.recompiles, g)
     return out
+
+
+def _pass(call: Callable, samples: list) -> Callable[[], object]:
+    def once():
+        out = None
+        for sample in samples:
+            out = call(*sample.args, **sample.kwargs)
+        return out
+
+    return once
 
 
 def _cycling(call: Callable, group: list) -> Callable[[], object]:

@@ -114,17 +114,18 @@ def percent(value: float) -> str:
 
 
 def mix_outside(found: dict) -> bool:
-    """Whether the median over the recorded calls lies outside the per-size medians (it can: it is the
-    median of each round's ratio of the mix's total times, not an average of the per-size medians)."""
+    """Whether the median over the recorded calls lies outside the per-size medians (it can: it is measured on
+    passes over the recorded calls in their order, not averaged from the per-size medians)."""
     sizes = [t[0] for t in (found.get("bs") or {}).values() if t]
     mix = found.get("mix")
     return bool(mix and len(sizes) > 1 and not min(sizes) <= mix[0] <= max(sizes))
 
 
 #: Why the figure over the recorded calls can lie outside the per-size figures.
-WEIGHTING = ("the figure over the recorded calls is the median, over the rounds, of eager's total time for the "
-             "recorded calls over the candidate's, each batch size weighted by its calls and its time per call; "
-             "it is not an average of the per-size medians, and round-to-round noise can put it outside them")
+WEIGHTING = ("the figure over the recorded calls is measured on passes over the recorded calls in the order "
+             "recorded, sizes interleaved as a serving loop calls them; it is not an average of the per-size "
+             "medians: switching between sizes costs eager and a compiled candidate differently, and "
+             "round-to-round noise can put it outside them too")
 
 
 def figures(module: ModuleReport, key: str | None) -> dict:

@@ -15,7 +15,7 @@ from aitune_ray.decision.screen import MAX_FINALISTS
 from aitune_ray.measure.request import ServingContext, TimingRequest
 from aitune_ray.errors import ConfigError
 from aitune_ray.worker.seam import Executor, RunHandle, TuneContext
-from aitune_ray.measure.timing import MeasureConfig, summary
+from aitune_ray.measure.timing import MIX, MeasureConfig, summary
 from aitune_ray.model.max_batch import check_limit
 from aitune_ray.records.results import BuildResult, CandidateJob
 from aitune_ray.tune_strategy.defaults import default_backends
@@ -218,7 +218,8 @@ class TuneStrategy(ABC):
             if session.context:
                 report.measured_in = measured_in(session, context)
             if session.eager:
-                report.remeasured_baseline = {bs: summary(ms, bs).to_dict() for bs, ms in session.eager.items()}
+                report.remeasured_baseline = {bs: summary(ms, bs).to_dict() for bs, ms in session.eager.items()
+                                              if bs != MIX}
             return session
 
         verdict = choose({r.key: r.screen for r in results}, confirm, report.call_mix, self.rule(),
