@@ -122,10 +122,14 @@ def user_loop(checkpoint: str, threads: int, calls: int, loops: int, device: str
         torch.set_num_threads(before)
 
 
-def overlap(a: dict | None, b: dict | None) -> bool | None:
+def overlap(a: dict | None, b: dict | None, tolerance: float) -> bool | None:
+    """Whether two figures agree as the library judges a check against a decision (decision.agreement): their
+    intervals overlap, or lie apart by less than the rule's noise tolerance."""
+    from aitune_ray.decision.agreement import within
+
     if not a or not b:
         return None
-    return a["low"] <= b["high"] and b["low"] <= a["high"]
+    return within(a, b, tolerance)
 
 
 def text_of(i: dict | None) -> str:
@@ -152,7 +156,11 @@ def main() -> None:
     loop = user_loop(loaded, args.threads, args.calls, args.loops, args.device, job) if loaded else None
     kept = [r for r in runs if r.get("chosen") == "eager"]
     intervals = [r.get("interval") for r in runs if r.get("interval")] + ([loop["interval"]] if loop else [])
-    agree = all(overlap(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:]) if intervals else None
+    from aitune_ray.decision.rule import Rule
+
+    tolerance = job["strategy"].get("noise_tolerance", Rule().noise_tolerance)
+    agree = all(overlap(a, b, tolerance) for i, a in enumerate(intervals) for b in intervals[i + 1:]) \
+        if intervals else None
     kind = torch.device(args.device).type
     lines = [f"The README's main job (examples/mlp/job.yaml, model {job['model_args']}), serving context: {kind} "
              f"with {args.threads} torch thread(s)", "",
@@ -166,14 +174,17 @@ def main() -> None:
         lines.append(f"| user's loop ({loop['calls']} passes x {loop['loops']} pairs, {loop['threads']} threads) | "
                      f"{loop['backend']} | {text_of(loop['interval'])} | {kind} with {loop['threads']} torch threads | "
                      f"- | - |")
-    verdict = ("every interval overlaps the others" if agree else
-               "the intervals do NOT all overlap" if agree is False else "nothing to compare")
+    verdict = (f"every interval agrees with the others (they overlap, or lie apart by less than the rule's noise "
+               f"tolerance, {tolerance:.0%})" if agree else
+               "the intervals do NOT all agree" if agree is False else "nothing to compare")
     if kept:
         verdict += f"; kept eager in: {', '.join(r['executor'] for r in kept)}"
     lines += ["", f"Answer: {verdict}."]
     for r in runs:   # the record names no folder of this machine
         r["checkpoint"] = Path(r["checkpoint"]).name
-    publish("\n".join(lines), args.out, {"threads": args.threads, "device": kind, "model_args": job["model_args"], "runs": runs, "user_loop": loop,
+    publish("\n".join(lines), args.out, {"threads": args.threads, "device": kind, "model_args": job["model_args"],
+                                         "batch_sizes": job["data_args"]["batch_sizes"], "runs": runs,
+                                         "user_loop": loop, "tolerance": tolerance,
                                          "overlap": agree}, "figures_agree")
 
 

@@ -170,6 +170,14 @@ def test_a_later_check_is_judged_against_the_decisions_interval(checked, checked
     assert "1.6x [1.5, 1.7]" in found["text"]           # beside the decision's own figure
 
 
+def test_two_narrow_intervals_a_percent_apart_agree_within_the_rules_noise_tolerance():
+    decided, checked = {"median": 1.465, "low": 1.46, "high": 1.47}, {"median": 1.495, "low": 1.49, "high": 1.50}
+    assert agreement(decided, checked, "cuda", "cuda", tolerance=0.03)["verdict"] == AGREES
+    assert agreement(decided, checked, "cuda", "cuda")["verdict"] == HOST_UNFIT          # apart, no tolerance
+    assert agreement(DECIDED, {"median": 1.9, "low": 1.8, "high": 2.0}, "cuda", "cuda",
+                     tolerance=0.03)["verdict"] == HOST_UNFIT                              # 6% apart
+
+
 def test_a_decision_timed_in_a_ray_actor_and_a_check_in_the_serving_process_are_two_contexts():
     in_actor = ServingContext(2, "actor").describe("cpu")
     assert in_actor == "cpu with 2 torch threads in a Ray actor"

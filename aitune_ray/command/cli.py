@@ -463,7 +463,8 @@ def _time_loaded(root, fresh, device, serving=None) -> dict:
             say(f"warning: timing {original.name} as loaded failed: {type(exc).__name__}: {exc}", error=True)
             continue
         report = original.report
-        judged = judged_check(report, report.chosen if report is not None else "", timed, checked_in)
+        judged = judged_check(report, report.chosen if report is not None else "", timed, checked_in,
+                              strategy.noise_tolerance)
         results[original.name] = {"backend": loaded.backend.name, "verdict": timed.kind, **judged}
         if cupti_attached():
             results[original.name]["note"] = CUPTI_NOTE

@@ -69,10 +69,11 @@ def time_deployed(module, eager, samples, request: TimingRequest, strategy) -> t
             session.describe())
 
 
-def judged_check(report, key: str, timed: Judgement, checked_in: str) -> dict:
-    """A check's figures with its agreement with the decision's interval for key (decision.agreement)."""
+def judged_check(report, key: str, timed: Judgement, checked_in: str, tolerance: float) -> dict:
+    """A check's figures with its agreement with the decision's interval for key (decision.agreement, within
+    the strategy's noise tolerance)."""
     decided = (report.verdicts.get(key) or {}).get("interval") if report is not None else None
-    found = agreement(decided, timed.interval, getattr(report, "measured_in", ""), checked_in)
+    found = agreement(decided, timed.interval, getattr(report, "measured_in", ""), checked_in, tolerance)
     return {"speedup": timed.median, "interval": timed.interval, "intervals": timed.intervals,
             "measured_in": checked_in, "agreement": found["verdict"], "reason": found["text"]}
 
@@ -105,7 +106,7 @@ def deploy_checked(module, executor, context, report, strategy) -> None:
         logger.warning("[%s] the post-deploy timing failed: %s: %s", context.name, type(exc).__name__, exc)
         report.deploy_checks.append({**entry, "verdict": f"timing failed: {type(exc).__name__}: {exc}"})
         return
-    entry.update(verdict="timed", **judged_check(report, result.key, timed, checked_in))
+    entry.update(verdict="timed", **judged_check(report, result.key, timed, checked_in, strategy.noise_tolerance))
     if cupti_attached():
         entry["note"] = CUPTI_NOTE
     report.deploy_checks.append(entry)
