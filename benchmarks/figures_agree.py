@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # results_table.py
 sys.path.insert(0, str(ROOT))
 
-from results_table import publish  # noqa: E402
+from results_table import publish, span as text_of  # noqa: E402
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
@@ -130,10 +130,6 @@ def overlap(a: dict | None, b: dict | None, tolerance: float) -> bool | None:
     if not a or not b:
         return None
     return within(a, b, tolerance)
-
-
-def text_of(i: dict | None) -> str:
-    return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
 
 
 def main() -> None:

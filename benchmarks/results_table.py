@@ -278,11 +278,13 @@ def jit_throughput_rows(result: dict) -> list[dict]:
              "after jit / eager": result["after_switch_jit_over_eager"]}]
 
 
+def span(i: dict | None) -> str:
+    """An interval of a speedup: 1.46x [1.46, 1.47]."""
+    return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
+
+
 def figures_agree_rows(result: dict) -> list[dict]:
     """figures_agree.py: a row per run (inline, Ray) and one for the user's loop, and whether they overlap."""
-    def span(i):
-        return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
-
     rows = [{"where": r["executor"], "chosen": r.get("chosen", "failed"), "speedup [95%]": span(r.get("interval")),
              "measured in": r.get("measured_in", ""),
              "as loaded": ((r.get("as_loaded") or {}).get("agreement") or "-")} for r in result.get("runs", [])]
@@ -304,10 +306,6 @@ def figures_agree_rows(result: dict) -> list[dict]:
 def loop_forms_rows(result: dict) -> list[dict]:
     """loop_forms.py: the decision's figure, then the speedup each form of a user's loop reads."""
     run, forms = result.get("run") or {}, result.get("forms") or {}
-
-    def span(i):
-        return f"{i['median']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i else "-"
-
     rows = [{"loop form": "the decision (confirm session)", "speedup [95%]": span(run.get("interval"))}]
     return rows + [{"loop form": name, "speedup [95%]": span(i)} for name, i in forms.items()]
 
