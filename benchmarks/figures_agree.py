@@ -80,12 +80,40 @@ def run_job(executor: str, threads: int, folder: Path, job: dict) -> dict:
     return out
 
 
-def user_loop(checkpoint: str, threads: int, calls: int, loops: int, device: str, job: dict) -> dict:
-    """Eager and the loaded checkpoint on device, each called over the job's data `calls` times back to back,
-    one synchronize, read with a wall clock on this thread with `threads` torch threads; `loops` alternating
-    pairs."""
-    import aitune_ray as ait
+def paired_loops(eager, tuned, items: list, calls: int, loops: int, device: str) -> dict:
+    """A user's loop: each model called over items `calls` times back to back, one synchronize (on a GPU),
+    read with a wall clock on this thread; three warm-up loops each, then `loops` alternating pairs. The
+    interval of the median paired ratio (the decision's statistic) and eager's median ms per pass."""
     from aitune_ray.measure.statistics import paired_interval
+
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+    def loop(model) -> float:
+        sync()
+        started = time.perf_counter()
+        for _ in range(calls):
+            for x in items:
+                model(x)
+        sync()
+        return (time.perf_counter() - started) * 1e3 / calls
+
+    with torch.no_grad():
+        for model in (eager, tuned):   # warm: compiled graphs built, caches filled
+            for _ in range(3):
+                loop(model)
+        times = {"eager": [], "tuned": []}
+        for i in range(loops):
+            for name in (("eager", "tuned") if i % 2 == 0 else ("tuned", "eager")):
+                times[name].append(loop(eager if name == "eager" else tuned))
+    span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
+    return {"median": span.median, "low": span.low, "high": span.high,
+            "eager_ms_per_pass": sorted(times["eager"])[len(times["eager"]) // 2]}
+
+
+def user_loop(checkpoint: str, threads: int, calls: int, loops: int, device: str, job: dict) -> dict:
+    """Eager and the loaded checkpoint on device in a user's loop over the job's data (paired_loops), with
+    `threads` torch threads."""
+    import aitune_ray as ait
     from examples.mlp.model import make_data, make_model
 
     before = torch.get_num_threads()
@@ -94,30 +122,10 @@ def user_loop(checkpoint: str, threads: int, calls: int, loops: int, device: str
         data = [x.to(device) for x in make_data(**job["data_args"])]
         eager = make_model(**job["model_args"]).eval().to(device)
         tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval().to(device), "mlp"), checkpoint)
-        sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-
-        def loop(model) -> float:
-            sync()
-            started = time.perf_counter()
-            for _ in range(calls):
-                for x in data:
-                    model(x)
-            sync()
-            return (time.perf_counter() - started) * 1e3 / calls
-
-        with torch.no_grad():
-            for model in (eager, tuned):   # warm: compiled graphs built, caches filled
-                for _ in range(3):
-                    loop(model)
-            times = {"eager": [], "tuned": []}
-            for i in range(loops):
-                order = ("eager", "tuned") if i % 2 == 0 else ("tuned", "eager")
-                for name in order:
-                    times[name].append(loop(eager if name == "eager" else tuned))
-        span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
+        found = paired_loops(eager, tuned, data, calls, loops, device)
         return {"threads": torch.get_num_threads(), "calls": calls, "loops": loops, "device": device,
                 "backend": tuned.backend.name if tuned.backend is not None else "eager",
-                "interval": {"median": span.median, "low": span.low, "high": span.high}}
+                "interval": {k: found[k] for k in ("median", "low", "high")}}
     finally:
         torch.set_num_threads(before)
 

@@ -17,41 +17,16 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from figures_agree import job_of, run_job, text_of  # noqa: E402
+from figures_agree import job_of, paired_loops, run_job, text_of  # noqa: E402
 from results_table import publish  # noqa: E402
 
 import torch  # noqa: E402
-
-
-def paired(eager, tuned, items: list, calls: int, loops: int, sync) -> dict:
-    from aitune_ray.measure.statistics import paired_interval
-
-    def loop(model) -> float:
-        sync()
-        started = time.perf_counter()
-        for _ in range(calls):
-            for x in items:
-                model(x)
-        sync()
-        return (time.perf_counter() - started) * 1e3 / calls
-
-    for model in (eager, tuned):
-        for _ in range(3):
-            loop(model)
-    times = {"eager": [], "tuned": []}
-    for i in range(loops):
-        for name in (("eager", "tuned") if i % 2 == 0 else ("tuned", "eager")):
-            times[name].append(loop(eager if name == "eager" else tuned))
-    span = paired_interval({0: times["eager"]}, {0: times["tuned"]}, {0: 1}, 0.95)
-    return {"median": span.median, "low": span.low, "high": span.high,
-            "eager_ms_per_pass": sorted(times["eager"])[len(times["eager"]) // 2]}
 
 
 def main() -> None:
@@ -77,15 +52,13 @@ def main() -> None:
     data = [x.to(device) for x in make_data(**job["data_args"])]
     eager = make_model(**job["model_args"]).eval().to(device)
     tuned = ait.load(ait.Module(make_model(**job["model_args"]).eval().to(device), "mlp"), run["checkpoint"])
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    forms = {}
-    with torch.no_grad():
-        forms["mixed (as served)"] = paired(eager, tuned, data, args.calls, args.loops, sync)
-        for bs in sorted({x.shape[0] for x in data}):
-            forms[f"bs {bs} only"] = paired(eager, tuned, [x for x in data if x.shape[0] == bs], args.calls,
-                                            args.loops, sync)
-        with tuned.unpatched():   # the module's own forward in place, as the wrapper puts it for each call
-            forms["mixed, backend only"] = paired(eager, tuned.backend.infer, data, args.calls, args.loops, sync)
+    forms = {"mixed (as served)": paired_loops(eager, tuned, data, args.calls, args.loops, args.device)}
+    for bs in sorted({x.shape[0] for x in data}):
+        forms[f"bs {bs} only"] = paired_loops(eager, tuned, [x for x in data if x.shape[0] == bs], args.calls,
+                                              args.loops, args.device)
+    with tuned.unpatched():   # the module's own forward in place, as the wrapper puts it for each call
+        forms["mixed, backend only"] = paired_loops(eager, tuned.backend.infer, data, args.calls, args.loops,
+                                                    args.device)
     lines = [f"The README's main job (model {job['model_args']}) tuned inline: {run['chosen']}, decision "
              f"{text_of(run.get('interval'))} over the recorded mix; {device.type} with {torch.get_num_threads()} "
              "torch threads", "", "| loop form | speedup [95% interval] | eager ms per pass |", "|---|---|---|"]
