@@ -318,13 +318,15 @@ class Worker:
 
 
 def confirmed(results: list[BuildResult], out: dict):
-    """The Session of a worker's confirm() output; fills each result's remeasured timings from it."""
+    """The Session of a worker's confirm() output; fills each result's remeasured timings (per batch size; the
+    passes over the recorded calls, MIX, stay in the session) from it."""
     from aitune_ray.decision.session import Session
+    from aitune_ray.measure.timing import MIX
 
     for key, error in (out.get("errors") or {}).items():
         logger.warning("%s was not timed in the confirm session: %s", key, error)
     for r in results:
-        r.remeasured = {int(bs): t for bs, t in (out.get("results") or {}).get(r.key, {}).items()}
+        r.remeasured = {int(bs): t for bs, t in (out.get("results") or {}).get(r.key, {}).items() if int(bs) != MIX}
     return Session.from_timings(out)
 
 
