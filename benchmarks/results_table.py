@@ -303,13 +303,6 @@ def figures_agree_rows(result: dict) -> list[dict]:
     return rows
 
 
-def loop_forms_rows(result: dict) -> list[dict]:
-    """loop_forms.py: the decision's figure, then the speedup each form of a user's loop reads."""
-    run, forms = result.get("run") or {}, result.get("forms") or {}
-    rows = [{"loop form": "the decision (confirm session)", "speedup [95%]": span(run.get("interval"))}]
-    return rows + [{"loop form": name, "speedup [95%]": span(i)} for name, i in forms.items()]
-
-
 def zoo_rows(result: dict) -> list[dict]:
     """zoo.py: a row per model, a cell per backend (build, correct, round trip, speedup; or the failure, whose
     and what), then the totals per backend (passes of runs)."""
@@ -383,9 +376,6 @@ QUESTIONS = (
      "python benchmarks/jit_throughput.py --model mlp --out OUT", jit_throughput_rows),
     ("figures_agree", "Do inline, Ray and a user's loop read the same speedup, in the stated serving context?",
      "python benchmarks/figures_agree.py --out OUT/agree.md", figures_agree_rows),
-    ("loop_forms", "Does the way I call the tuned model (sizes interleaved or one at a time, through the wrapper "
-     "or not) move the speedup I see?", "python benchmarks/loop_forms.py --width 1024 --blocks 8 --batch-sizes "
-     "64,256 --out OUT/forms.md", loop_forms_rows),
     ("zoo", "Which real models tune end to end, on which backends? (pass: built, correct in type and every "
      "tensor, and equal after ait.save + ait.load into a fresh model; failures: library = the backend's own "
      "library raised it, here = this project; the speedup is the tuner's short confirm session, not a user's loop: "
